@@ -1,0 +1,1 @@
+"""rlvr_gym environment family: code (registers its ids when imported)."""

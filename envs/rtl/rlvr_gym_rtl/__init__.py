@@ -1,0 +1,1 @@
+"""rlvr_gym environment family: rtl (registers its ids when imported)."""

@@ -1,0 +1,1 @@
+"""rlvr_gym environment family: textworld (registers its ids when imported)."""

@@ -1,0 +1,1 @@
+"""rlvr_gym environment family: tools (registers its ids when imported)."""

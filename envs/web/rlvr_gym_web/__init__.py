@@ -1,0 +1,1 @@
+"""rlvr_gym environment family: web (registers its ids when imported)."""

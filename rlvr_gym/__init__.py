@@ -1,0 +1,33 @@
+"""rlvr_gym: multi-turn text environments with verifiable rewards.
+
+The contract both sides share: the :class:`Env` base, the text space, the registry, tasks and suites,
+verifiers and typed failures. This package never imports torch.
+"""
+
+from rlvr_gym.core import Env, ForkNotSupportedError, StepResult, TextSpace
+from rlvr_gym.failures import Failure, FailureKind
+from rlvr_gym.registry import EnvSpec, UnknownEnvError, list_envs, make, register, spec
+from rlvr_gym.tasks import Task, TaskFileError, TaskSuite
+from rlvr_gym.verifier import RewardResult, Verifier
+
+__all__ = [
+    "Env",
+    "EnvSpec",
+    "Failure",
+    "FailureKind",
+    "ForkNotSupportedError",
+    "RewardResult",
+    "StepResult",
+    "Task",
+    "TaskFileError",
+    "TaskSuite",
+    "TextSpace",
+    "UnknownEnvError",
+    "Verifier",
+    "list_envs",
+    "make",
+    "register",
+    "spec",
+]
+
+__version__ = "0.1.0"

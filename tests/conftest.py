@@ -1,0 +1,1 @@
+"""Shared pytest configuration: tiers are markers (see pyproject.toml)."""
