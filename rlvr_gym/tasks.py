@@ -166,3 +166,39 @@ def parse_task_line(line: str, path: Path | str = "<string>", line_no: int = 1) 
     except pydantic.ValidationError as error:
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or '<task>'}: {e['msg']}" for e in error.errors())
         raise TaskFileError(f"{path}:{line_no}: invalid task ({problems})") from None
+
+
+def tasks_dir() -> Path:
+    """The folder holding the task suites (``tasks/<family>/<suite>.jsonl``).
+
+    Resolution order: the ``RLVR_GYM_TASKS`` environment variable; the repository's ``tasks/`` beside the
+    installed ``rlvr_gym`` package (an editable install or a checkout); ``./tasks``.
+
+    Raises:
+        FileNotFoundError: when none of these exists, saying how to point at one.
+    """
+    import os
+
+    candidates = [os.environ.get("RLVR_GYM_TASKS"), Path(__file__).resolve().parent.parent / "tasks", "tasks"]
+    for candidate in candidates:
+        if candidate and Path(candidate).is_dir():
+            return Path(candidate)
+    raise FileNotFoundError("no tasks/ folder found; set RLVR_GYM_TASKS=/path/to/rlvr_gym/tasks")
+
+
+def load_suite(name: str | Path) -> TaskSuite:
+    """Loads a suite by path, or by name ``family/suite`` relative to :func:`tasks_dir`
+    (``"textworld/test"`` reads ``tasks/textworld/test.jsonl``).
+
+    Raises:
+        FileNotFoundError: naming the suites that exist in that family's folder.
+    """
+    path = Path(name)
+    if path.suffix == ".jsonl" and path.is_file():
+        return TaskSuite.load(path)
+    path = tasks_dir() / f"{name}.jsonl"
+    if not path.is_file():
+        family_dir = path.parent
+        known = sorted(str(p.relative_to(tasks_dir()).with_suffix("")) for p in family_dir.glob("*.jsonl"))
+        raise FileNotFoundError(f"no suite {name!r} at {path}; suites there: {', '.join(known) or 'none'}")
+    return TaskSuite.load(path)
