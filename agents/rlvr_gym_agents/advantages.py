@@ -1,0 +1,159 @@
+"""Outcome and turn-level advantage estimators: pure functions over tensors.
+
+Group estimators turn one scalar reward per trajectory into one advantage per trajectory, using the other
+members of the trajectory's group (the rollouts of the same task) as the baseline:
+
+- ``"grpo"``: A_i = (R_i - mean_g R) / (std_g R + eps), std unbiased (Shao et al. 2024, DeepSeekMath;
+  verl ``compute_grpo_outcome_advantage``).
+- ``"drgrpo"``: A_i = R_i - mean_g R (Liu et al. 2025, "Understanding R1-Zero-Like Training", Dr. GRPO).
+- ``"rloo"``: A_i = R_i - mean_{j != i} R_j = n/(n-1) (R_i - mean_g R) (Ahmadian et al. 2024).
+
+A group of one has no baseline; every estimator here returns 0 for it (verl returns the raw reward, which
+is not centred and silently turns the update into REINFORCE without a baseline).
+
+Turn-level credit (GiGPO anchor groups, returns-to-go with a baseline that stays unbiased when the policy
+chooses when to stop) and DAPO's reward shaping / dynamic sampling live here too; tree credit lives in
+:mod:`rlvr_gym_agents.tree_credit`. Formulas are specified in ``shared/reference/algorithms.md`` §3, §5, §8.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+GroupEstimator = Callable[[Tensor, Tensor, float], Tensor]
+"""A group estimator: (rewards (B,), dense group ids 0..G-1 (B,), eps) -> advantages (B,)."""
+
+
+def _dense_groups(group_index: Tensor) -> tuple[Tensor, Tensor]:
+    """Map arbitrary group labels to 0..G-1; return (dense ids (B,), counts (G,))."""
+    _, dense = torch.unique(group_index, return_inverse=True)
+    counts = torch.bincount(dense)
+    return dense, counts
+
+
+def _group_sum(values: Tensor, dense: Tensor, num_groups: int) -> Tensor:
+    return torch.zeros(num_groups, dtype=values.dtype, device=values.device).index_add(0, dense, values)
+
+
+def _grpo(rewards: Tensor, dense: Tensor, eps: float) -> Tensor:
+    counts = torch.bincount(dense).to(rewards.dtype)
+    mean = _group_sum(rewards, dense, len(counts)) / counts
+    centred = rewards - mean[dense]
+    var = _group_sum(centred**2, dense, len(counts)) / (counts - 1).clamp(min=1)
+    adv = centred / (var.sqrt()[dense] + eps)
+    return torch.where(counts[dense] > 1, adv, torch.zeros_like(adv))
+
+
+def _drgrpo(rewards: Tensor, dense: Tensor, eps: float) -> Tensor:
+    counts = torch.bincount(dense).to(rewards.dtype)
+    mean = _group_sum(rewards, dense, len(counts)) / counts
+    return torch.where(counts[dense] > 1, rewards - mean[dense], torch.zeros_like(rewards))
+
+
+def _rloo(rewards: Tensor, dense: Tensor, eps: float) -> Tensor:
+    counts = torch.bincount(dense).to(rewards.dtype)
+    sums = _group_sum(rewards, dense, len(counts))
+    others = (sums[dense] - rewards) / (counts[dense] - 1).clamp(min=1)
+    return torch.where(counts[dense] > 1, rewards - others, torch.zeros_like(rewards))
+
+
+ADVANTAGE_ESTIMATORS: dict[str, GroupEstimator] = {"grpo": _grpo, "drgrpo": _drgrpo, "rloo": _rloo}
+"""Group estimators selectable by name from a recipe (``advantage: grpo``)."""
+
+
+def group_advantages(rewards: Tensor, group_index: Tensor, estimator: str = "grpo", eps: float = 1e-6) -> Tensor:
+    """One advantage per trajectory from its group's rewards.
+
+    Args:
+        rewards: scalar outcome reward per trajectory. Shape: (B,), float.
+        group_index: group label per trajectory (same label = same task / prompt); any integers.
+            Shape: (B,), long.
+        estimator: a key of :data:`ADVANTAGE_ESTIMATORS` ("grpo", "drgrpo", "rloo").
+        eps: added to the group std ("grpo" only), keeps all-equal groups finite (their advantage is 0).
+
+    Returns:
+        Advantages, shape (B,), same dtype as ``rewards``; they sum to zero within every group of size > 1,
+        and are 0 for groups of size 1.
+
+    Raises:
+        KeyError: unknown estimator name.
+        ValueError: shapes differ or are not 1-D.
+    """
+    if estimator not in ADVANTAGE_ESTIMATORS:
+        raise KeyError(f"Unknown advantage estimator {estimator!r}; expected one of {sorted(ADVANTAGE_ESTIMATORS)}")
+    if rewards.ndim != 1 or rewards.shape != group_index.shape:
+        raise ValueError(
+            f"rewards and group_index must both have shape (B,); got {tuple(rewards.shape)} and "
+            f"{tuple(group_index.shape)}"
+        )
+    if rewards.numel() == 0:
+        return rewards.clone()
+    dense, _ = _dense_groups(group_index)
+    return ADVANTAGE_ESTIMATORS[estimator](rewards.float() if not rewards.is_floating_point() else rewards, dense, eps)
+
+
+def masked_whiten(values: Tensor, mask: Tensor, eps: float = 1e-8) -> Tensor:
+    """Whiten over valid positions: (x - mean) / sqrt(var + eps), unbiased variance; masked positions -> 0.
+
+    REINFORCE++ batch normalisation (Hu 2025; verl ``masked_whiten``).
+
+    Args:
+        values: any shape, float. mask: same shape, 1 = valid.
+
+    Raises:
+        ValueError: fewer than 2 valid positions (the variance is undefined).
+    """
+    mask = mask.to(values.dtype)
+    count = mask.sum()
+    if count < 2:
+        raise ValueError(f"masked_whiten needs at least 2 valid positions, got {int(count)}")
+    mean = (values * mask).sum() / count
+    var = (((values - mean) ** 2) * mask).sum() / (count - 1)
+    return (values - mean) * torch.rsqrt(var + eps) * mask
+
+
+def broadcast_to_tokens(advantages: Tensor, mask: Tensor) -> Tensor:
+    """Per-trajectory advantages (B,) to per-token advantages (B, T), zero where ``mask`` is 0."""
+    return advantages[:, None].to(torch.float32) * mask.to(torch.float32)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# DAPO pieces: overlong reward shaping and dynamic sampling (Yu et al. 2025, arXiv 2503.14476, §3.2, §3.4)
+
+
+def overlong_penalty(lengths: Tensor, max_length: int, buffer_length: int, penalty_factor: float = 1.0) -> Tensor:
+    """DAPO soft overlong punishment, to be added to the task reward.
+
+    r_len(L) = 0 if L <= L_max - L_buf; -(L - (L_max - L_buf)) / L_buf * factor up to L_max; -factor beyond.
+
+    Args:
+        lengths: response lengths in tokens (generated tokens only). Shape: (B,).
+        max_length: L_max, the response budget in tokens. buffer_length: L_buf, tokens, 0 < L_buf <= L_max.
+        penalty_factor: the penalty at L_max (>= 0).
+
+    Returns:
+        Penalties, shape (B,), float, in [-penalty_factor, 0].
+    """
+    if not 0 < buffer_length <= max_length:
+        raise ValueError(f"need 0 < buffer_length <= max_length; got buffer {buffer_length}, max {max_length}")
+    excess = lengths.float() - (max_length - buffer_length)
+    return (-excess / buffer_length * penalty_factor).clamp(min=-penalty_factor, max=0.0)
+
+
+def nonzero_variance_groups(rewards: Tensor, group_index: Tensor, atol: float = 0.0) -> Tensor:
+    """DAPO dynamic sampling filter: True for trajectories whose group's rewards are not all equal.
+
+    Zero-variance groups carry zero advantage under every group estimator, so they only dilute the batch.
+
+    Shape: rewards (B,), group_index (B,) -> bool (B,).
+    """
+    dense, counts = _dense_groups(group_index)
+    num = len(counts)
+    big = torch.finfo(torch.float64).max
+    r = rewards.double()
+    low = torch.full((num,), big, dtype=torch.float64).scatter_reduce(0, dense, r, "amin")
+    high = torch.full((num,), -big, dtype=torch.float64).scatter_reduce(0, dense, r, "amax")
+    return (high - low)[dense] > atol
