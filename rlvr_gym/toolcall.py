@@ -1,0 +1,419 @@
+"""The tool-call protocol: declared tools, an action parser, argument validation and a reusable ``ToolEnv``.
+
+Tools are declared as JSON schemas in the OpenAI function format and listed in ``info["tools"]`` at reset::
+
+    {"type": "function", "function": {"name": "search", "description": "...",
+                                      "parameters": {"type": "object", "properties": {...}, "required": [...]}}}
+
+An action is one of (see ``environments.md`` §6.5 for the formats in use):
+
+- one or more Hermes/Qwen tool calls, ``<tool_call>{"name": "search", "arguments": {"query": "x"}}</tool_call>``
+  (``"parameters"`` is accepted for ``"arguments"``, and the arguments may be a JSON-encoded string as in the
+  OpenAI API);
+- Python-style calls, ``search(query="x")``, one per line or as a list ``[f(a=1), g(b=2)]`` (BFCL style),
+  parsed with :mod:`ast`; keyword arguments with literal values only, never evaluated;
+- a final answer, ``<answer>...</answer>``.
+
+Anything else is a :class:`~rlvr_gym.failures.FailureKind.PARSE_ERROR` whose message says what was wrong; a call
+to an unknown tool or with arguments that do not match its schema is an ``INVALID_ACTION``; going over the
+per-episode tool-call budget is ``BUDGET_EXCEEDED``. None of these raises.
+
+Step-info keys written by :class:`ToolEnv` (read by the evaluation harness):
+    ``tool_calls`` (int): tool calls attempted this step; an unparseable action counts as one.
+    ``invalid_tool_calls`` (int): how many of those were rejected (parse error, unknown tool, bad arguments).
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import json
+import math
+import re
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+import jsonschema
+
+from rlvr_gym.core import Env, StepResult
+from rlvr_gym.failures import Failure, FailureKind
+from rlvr_gym.verifier import RewardResult
+
+ActionFormat = Literal["hermes", "python"]
+TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
+_TOOL_CALL_RE = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
+_ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_FENCE_RE = re.compile(r"^```[a-zA-Z]*\n?(.*?)\n?```$", re.DOTALL)
+_FORMAT_HELP = (
+    'call a tool with <tool_call>{"name": "tool", "arguments": {...}}</tool_call> or tool(arg=value), '
+    "or give the final answer as <answer>...</answer>"
+)
+
+
+class ToolError(Exception):
+    """Raised by a tool function for an error the agent should see (bad semantics, not found, ...)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ToolCall:
+    """One parsed call: a tool name and its JSON-like arguments (str, int, float, bool, None, list, dict)."""
+
+    name: str
+    arguments: dict[str, Any]
+
+    def to_hermes(self) -> str:
+        """The call as ``<tool_call>{json}</tool_call>``."""
+        return f"{TOOL_CALL_OPEN}{json.dumps({'name': self.name, 'arguments': self.arguments})}{TOOL_CALL_CLOSE}"
+
+    def to_python(self) -> str:
+        """The call as a Python-style string ``name(arg=value, ...)`` (values as Python literals)."""
+        return f"{self.name}({', '.join(f'{k}={v!r}' for k, v in self.arguments.items())})"
+
+
+@dataclasses.dataclass(frozen=True)
+class ParsedAction:
+    """What :func:`parse_action` found: exactly one of calls, an answer or a failure.
+
+    Attributes:
+        kind: ``"calls"``, ``"answer"`` or ``"error"``.
+        calls: the tool calls, in order (kind ``"calls"``).
+        answer: the text inside ``<answer>`` tags, stripped (kind ``"answer"``).
+        failure: a ``PARSE_ERROR`` saying what was wrong (kind ``"error"``).
+    """
+
+    kind: Literal["calls", "answer", "error"]
+    calls: tuple[ToolCall, ...] = ()
+    answer: str | None = None
+    failure: Failure | None = None
+
+
+class _ParseError(Exception):
+    pass
+
+
+def _error(message: str) -> ParsedAction:
+    return ParsedAction("error", failure=Failure(FailureKind.PARSE_ERROR, message))
+
+
+def parse_action(text: str, formats: Sequence[ActionFormat] = ("hermes", "python")) -> ParsedAction:
+    """Parses one action into tool calls, a final answer, or a typed parse failure. Never raises.
+
+    Args:
+        text: the agent's action text.
+        formats: the call formats accepted; ``"hermes"`` (``<tool_call>`` JSON) and/or ``"python"`` (call strings).
+
+    Returns:
+        A :class:`ParsedAction`. An action with both tool calls and an answer is a parse error, as is an action
+        with more than one ``<answer>``.
+    """
+    try:
+        return _parse(str(text), tuple(formats))
+    except _ParseError as error:
+        return _error(str(error))
+    except (RecursionError, MemoryError, ValueError, TypeError) as error:  # pathological input
+        return _error(f"could not parse the action ({type(error).__name__}); {_FORMAT_HELP}")
+
+
+def _parse(text: str, formats: tuple[str, ...]) -> ParsedAction:
+    answers = _ANSWER_RE.findall(text)
+    has_tags = TOOL_CALL_OPEN in text
+    if has_tags and "hermes" not in formats:
+        raise _ParseError("<tool_call> tags are not accepted here; write calls as tool(arg=value)")
+    if answers and has_tags:
+        raise _ParseError("an action is either tool calls or a final <answer>, not both; send the calls first")
+    if len(answers) > 1:
+        raise _ParseError(f"found {len(answers)} <answer> blocks; give exactly one final answer")
+    if answers:
+        return ParsedAction("answer", answer=answers[0].strip())
+    if "<answer>" in text:
+        raise _ParseError("unclosed <answer> tag; write <answer>...</answer>")
+    if has_tags:
+        return ParsedAction("calls", calls=tuple(c for body in _TOOL_CALL_RE.findall(text) for c in _hermes(body)))
+    if "python" in formats:
+        calls = _python_calls(text)
+        if calls:
+            return ParsedAction("calls", calls=tuple(calls))
+    raise _ParseError(f"no tool call or answer found; {_FORMAT_HELP}")
+
+
+def _hermes(body: str) -> list[ToolCall]:
+    try:
+        payload = json.loads(body.strip(), parse_constant=_reject_constant)
+    except json.JSONDecodeError as error:
+        raise _ParseError(f"<tool_call> body is not valid JSON ({error.msg} at column {error.colno})") from None
+    items = payload if isinstance(payload, list) else [payload]
+    if not items:
+        raise _ParseError('<tool_call> body is an empty list; expected {"name": ..., "arguments": {...}}')
+    return [_hermes_item(item) for item in items]
+
+
+def _reject_constant(name: str) -> Any:
+    raise _ParseError(f"{name} is not a valid JSON value")
+
+
+def _hermes_item(item: Any) -> ToolCall:
+    if not isinstance(item, dict) or not isinstance(item.get("name"), str) or not item["name"]:
+        raise _ParseError('each tool call must be a JSON object with a string "name" and an "arguments" object')
+    arguments = item.get("arguments", item.get("parameters", {}))
+    if isinstance(arguments, str):  # OpenAI sends arguments as a JSON-encoded string
+        try:
+            arguments = json.loads(arguments, parse_constant=_reject_constant) if arguments.strip() else {}
+        except json.JSONDecodeError as error:
+            raise _ParseError(
+                f"arguments of {item['name']!r} are a string that is not valid JSON ({error.msg})"
+            ) from None
+    if not isinstance(arguments, dict):
+        raise _ParseError(f'"arguments" of {item["name"]!r} must be a JSON object, got {type(arguments).__name__}')
+    return ToolCall(item["name"], arguments)
+
+
+def _python_calls(text: str) -> list[ToolCall]:
+    stripped = text.strip()
+    fenced = _FENCE_RE.match(stripped)
+    source = fenced.group(1) if fenced else stripped
+    try:
+        module = ast.parse(source, mode="exec")
+    except SyntaxError:
+        return []
+    nodes: list[ast.expr] = []
+    for statement in module.body:
+        if not isinstance(statement, ast.Expr):
+            return []
+        value = statement.value
+        nodes.extend(value.elts if isinstance(value, ast.List | ast.Tuple) else [value])
+    if not nodes or not all(isinstance(node, ast.Call) for node in nodes):
+        return []
+    return [_python_call(node) for node in nodes if isinstance(node, ast.Call)]
+
+
+def _python_call(node: ast.Call) -> ToolCall:
+    name = _dotted_name(node.func)
+    if node.args:
+        raise _ParseError(f"{name}(...) has positional arguments; pass every argument by keyword, e.g. {name}(x=1)")
+    arguments: dict[str, Any] = {}
+    for keyword in node.keywords:
+        if keyword.arg is None:
+            raise _ParseError(f"{name}(...) uses **kwargs; pass every argument by keyword")
+        try:
+            value = ast.literal_eval(keyword.value)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            raise _ParseError(f"argument {keyword.arg!r} of {name}(...) is not a literal value") from None
+        arguments[keyword.arg] = _to_json_value(value, keyword.arg, name)
+    return ToolCall(name, arguments)
+
+
+def _dotted_name(node: ast.expr) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return f"{_dotted_name(node.value)}.{node.attr}"
+    raise _ParseError("a call must name a tool, like search(query='x')")
+
+
+def _to_json_value(value: Any, arg: str, name: str) -> Any:
+    if isinstance(value, tuple | list):
+        return [_to_json_value(v, arg, name) for v in value]
+    if isinstance(value, dict):
+        if not all(isinstance(k, str) for k in value):
+            raise _ParseError(f"argument {arg!r} of {name}(...) has a dict with non-string keys")
+        return {k: _to_json_value(v, arg, name) for k, v in value.items()}
+    if value is None or isinstance(value, str | bool | int | float):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise _ParseError(f"argument {arg!r} of {name}(...) is not a finite number")
+        return value
+    raise _ParseError(f"argument {arg!r} of {name}(...) is a {type(value).__name__}, not a JSON value")
+
+
+@dataclasses.dataclass(frozen=True)
+class Tool:
+    """A tool an env declares.
+
+    Attributes:
+        name: the function name the agent calls.
+        description: one or two sentences for the agent.
+        parameters: a JSON schema of type ``object`` for the arguments.
+        function: called with the validated arguments as keywords; returns the text the agent sees, or raises
+            :class:`ToolError`. None for tools that are declared but not run (calls are the submission, as in BFCL).
+    """
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    function: Callable[..., str] | None = None
+
+    def schema(self) -> dict[str, Any]:
+        """The OpenAI function-format declaration listed in ``info["tools"]``."""
+        function = {"name": self.name, "description": self.description, "parameters": self.parameters}
+        return {"type": "function", "function": function}
+
+
+def validate_call(call: ToolCall, tools: dict[str, Tool]) -> Failure | None:
+    """Checks a call against the declared tools: known name, no unexpected argument, schema-valid values.
+
+    Returns:
+        None when the call is valid, else an ``INVALID_ACTION`` failure whose message says what to fix.
+    """
+    tool = tools.get(call.name)
+    if tool is None:
+        return _invalid(call, f"unknown tool {call.name!r}; available tools: {', '.join(sorted(tools)) or 'none'}")
+    properties = tool.parameters.get("properties", {})
+    for arg in call.arguments:
+        if arg not in properties:
+            expected = ", ".join(properties) or "none"
+            return _invalid(call, f"unexpected argument {arg!r} for tool {call.name!r}; its arguments are: {expected}")
+    errors = sorted(_validator(tool).iter_errors(call.arguments), key=lambda e: list(e.path))
+    if not errors:
+        return None
+    error = errors[0]
+    if error.validator == "required":
+        missing = [r for r in error.validator_value if r not in call.arguments]
+        return _invalid(call, f"tool {call.name!r} is missing required argument {missing[0]!r}")
+    where = ".".join(map(str, error.path)) or "arguments"
+    return _invalid(call, f"argument {where!r} of tool {call.name!r}: {error.message}")
+
+
+def _invalid(call: ToolCall, message: str) -> Failure:
+    return Failure(FailureKind.INVALID_ACTION, message, {"tool": call.name})
+
+
+_VALIDATORS: dict[str, Any] = {}
+
+
+def _validator(tool: Tool) -> Any:
+    key = json.dumps(tool.parameters, sort_keys=True)
+    if key not in _VALIDATORS:
+        cls = jsonschema.validators.validator_for(tool.parameters, default=jsonschema.Draft202012Validator)
+        cls.check_schema(tool.parameters)
+        _VALIDATORS[key] = cls(tool.parameters)
+    return _VALIDATORS[key]
+
+
+def format_tool_response(name: str, content: str) -> str:
+    """Wraps one tool result the way Qwen/Hermes chat templates show it to the model."""
+    return f'<tool_response name="{name}">\n{content}\n</tool_response>'
+
+
+def describe_tools(tools: Sequence[Tool]) -> str:
+    """A compact text listing of tools and the call format, for prompts of models without a tool template."""
+    lines = ["Tools:"]
+    for tool in tools:
+        props = tool.parameters.get("properties", {})
+        args = ", ".join(f"{k}: {v.get('type', 'any')}" for k, v in props.items())
+        lines.append(f"- {tool.name}({args}): {tool.description}")
+    lines.append(f"To act, {_FORMAT_HELP}.")
+    return "\n".join(lines)
+
+
+class ToolEnv(Env):
+    """Base of envs whose actions are tool calls and a final answer.
+
+    Subclasses implement :meth:`_start` (the prompt and tools of a task) and :meth:`_verify_answer`; they may
+    override :meth:`_handle_calls` when calls are the submission rather than something to run.
+
+    Args:
+        max_turns: the turn limit.
+        max_tool_calls: per-episode budget of tool calls the env runs; a call beyond it ends the episode,
+            truncated, with a ``BUDGET_EXCEEDED`` failure and reward 0.
+        action_formats: accepted call formats, ``"hermes"`` and/or ``"python"``.
+        describe_tools_in_prompt: append :func:`describe_tools` to the first observation (for models whose
+            chat template does not render ``info["tools"]``).
+    """
+
+    max_tool_calls: int = 10
+
+    def __init__(
+        self,
+        max_turns: int | None = None,
+        max_tool_calls: int | None = None,
+        action_formats: Sequence[ActionFormat] = ("hermes", "python"),
+        describe_tools_in_prompt: bool = True,
+        render_mode: str | None = None,
+    ) -> None:
+        super().__init__(max_turns=max_turns, render_mode=render_mode)
+        if max_tool_calls is not None:
+            if max_tool_calls < 0:
+                raise ValueError(f"max_tool_calls must be >= 0, got {max_tool_calls}")
+            self.max_tool_calls = int(max_tool_calls)
+        unknown = set(action_formats) - {"hermes", "python"}
+        if unknown or not action_formats:
+            raise ValueError(f"action_formats must be a non-empty subset of ('hermes', 'python'), got {action_formats}")
+        self.action_formats = tuple(action_formats)
+        self.describe_tools_in_prompt = describe_tools_in_prompt
+        self.tools: dict[str, Tool] = {}
+        self.num_tool_calls = 0
+
+    # -- hooks ------------------------------------------------------------------------------------------
+    def _start(self, task: Any) -> tuple[str, list[Tool], dict[str, Any]]:
+        """Starts an episode; returns ``(prompt, tools, extra_info)``."""
+        raise NotImplementedError
+
+    def _verify_answer(self, answer: str) -> RewardResult:
+        """Scores the final answer."""
+        raise NotImplementedError
+
+    # -- the protocol -----------------------------------------------------------------------------------
+    def _reset(self, task: Any) -> tuple[str, dict[str, Any]]:
+        prompt, tools, info = self._start(task)
+        self.tools = {tool.name: tool for tool in tools}
+        self.num_tool_calls = 0
+        if self.describe_tools_in_prompt and tools:
+            prompt = f"{prompt}\n\n{describe_tools(tools)}"
+        return prompt, {**info, "tools": [tool.schema() for tool in tools]}
+
+    def _step(self, action: str) -> StepResult:
+        parsed = parse_action(action, self.action_formats)
+        if parsed.kind == "error":
+            assert parsed.failure is not None
+            obs = f"Invalid action: {parsed.failure.message}."
+            return StepResult(obs, 0.0, False, False, _info(1, 1, parsed.failure))
+        if parsed.kind == "answer":
+            return self._finish(self._verify_answer(parsed.answer or ""), tool_calls=0)
+        return self._handle_calls(list(parsed.calls))
+
+    def _handle_calls(self, calls: list[ToolCall]) -> StepResult:
+        """Validates and runs the calls in order; one observation holds every response."""
+        checks = [validate_call(call, self.tools) for call in calls]
+        num_valid = sum(check is None for check in checks)
+        if self.num_tool_calls + num_valid > self.max_tool_calls:
+            message = f"tool-call budget of {self.max_tool_calls} per episode exhausted"
+            result = RewardResult(0.0, {"budget_exceeded": 1.0}, message)
+            budget = Failure(FailureKind.BUDGET_EXCEEDED, message)
+            info = {**_info(len(calls), len(calls) - num_valid, budget), **_final(result)}
+            return StepResult(f"Episode over: {message}.", 0.0, False, True, info)
+        responses: list[str] = []
+        failures: list[Failure | None] = []
+        for call, failure in zip(calls, checks, strict=True):
+            if failure is None:
+                self.num_tool_calls += 1
+                content, failure = self._run_tool(call)
+            else:
+                content = f"Error: {failure.message}"
+            failures.append(failure)
+            responses.append(format_tool_response(call.name, content))
+        first = next((f for f in failures if f is not None), None)
+        return StepResult("\n".join(responses), 0.0, False, False, _info(len(calls), len(calls) - num_valid, first))
+
+    def _run_tool(self, call: ToolCall) -> tuple[str, Failure | None]:
+        tool = self.tools[call.name]
+        if tool.function is None:
+            return "(declared tool; nothing was run)", None
+        try:
+            return str(tool.function(**call.arguments)), None
+        except ToolError as error:
+            return f"Error: {error}", Failure(FailureKind.TOOL_ERROR, str(error), {"tool": call.name})
+
+    def _finish(self, result: RewardResult, tool_calls: int, invalid: int = 0) -> StepResult:
+        """Ends the episode with ``result``."""
+        obs = "Correct." if result.success else f"Incorrect. {result.reason}".strip()
+        return StepResult(obs, result.value, True, False, {**_info(tool_calls, invalid, None), **_final(result)})
+
+
+def _info(tool_calls: int, invalid: int, failure: Failure | None) -> dict[str, Any]:
+    info: dict[str, Any] = {"tool_calls": tool_calls, "invalid_tool_calls": invalid}
+    if failure is not None:
+        info["failure"] = failure
+    return info
+
+
+def _final(result: RewardResult) -> dict[str, Any]:
+    return {"reward_details": result.to_dict(), "success": result.success}
