@@ -1,0 +1,106 @@
+"""Chat formatting with token-in/token-out (TITO).
+
+A multi-turn context is built from ids only: the prompt ids (system + first observation, rendered once with
+the tokenizer's chat template), then per turn the ids the policy generated and the ids of the observation
+*delta* (the text the template puts between the end of the assistant turn and the start of the next
+assistant turn, tokenised once on its own). History is never decoded and re-encoded, so the ids trained on
+are exactly the ids generated (algorithms.md §7.4; verl#3720, prime-rl#1334).
+
+The delta is found by rendering a probe conversation with and without one more user message and diffing
+the texts; the text the template writes after an assistant's end-of-turn token (Qwen's ``"\\n"`` after
+``<|im_end|>``, which engines never generate) is prepended to every delta. For append-only templates the
+result equals a full re-render; :meth:`ChatFormat.render_ids` gives that re-render for checks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from transformers import PreTrainedTokenizerBase
+
+_PROBE_USER, _PROBE_ASSISTANT, _PROBE_OBS = "probe question", "probe answer", "@@OBSERVATION@@"
+
+
+class ChatFormat:
+    """Turns observations into ids and assembles multi-turn contexts token-in/token-out.
+
+    Args:
+        tokenizer: a tokenizer with a chat template.
+        system_prompt: an optional system message put before the first observation.
+        end_of_turn_token: the token that ends an assistant turn (default: the tokenizer's EOS token).
+
+    Raises:
+        ValueError: when the tokenizer has no chat template, no end-of-turn token, or a template whose
+            renders are not prefixes of one another (TITO impossible without a custom template).
+    """
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, system_prompt: str | None = None,
+                 end_of_turn_token: str | None = None) -> None:
+        if not getattr(tokenizer, "chat_template", None):
+            raise ValueError("the tokenizer has no chat_template; set one (tiny.py builds one) or pick a chat model")
+        self.tokenizer = tokenizer
+        self.system_prompt = system_prompt
+        eot = end_of_turn_token or tokenizer.eos_token
+        if eot is None:
+            raise ValueError("no end-of-turn token: the tokenizer has no eos_token; pass end_of_turn_token=")
+        self.end_of_turn_token = eot
+        self.end_of_turn_id = int(tokenizer.convert_tokens_to_ids(eot))
+        self._delta_prefix, self._delta_suffix = self._probe_delta()
+
+    def _messages(self, first_observation: str) -> list[dict[str, str]]:
+        system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+        return system + [{"role": "user", "content": first_observation}]
+
+    def _render(self, messages: list[dict[str, str]], add_generation_prompt: bool) -> str:
+        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+        return str(text)
+
+    def _probe_delta(self) -> tuple[str, str]:
+        """Returns the template text (before, after) an observation in a delta."""
+        base = self._messages(_PROBE_USER) + [{"role": "assistant", "content": _PROBE_ASSISTANT}]
+        base_text = self._render(base, add_generation_prompt=False)
+        ext_text = self._render(base + [{"role": "user", "content": _PROBE_OBS}], add_generation_prompt=True)
+        if not ext_text.startswith(base_text):
+            raise ValueError("chat template is not append-only: rendering one more message changes earlier text")
+        end = base_text.rfind(self.end_of_turn_token)
+        if end < 0 or _PROBE_ASSISTANT not in base_text[:end]:
+            raise ValueError(f"the template does not end assistant turns with {self.end_of_turn_token!r}")
+        after_eot = base_text[end + len(self.end_of_turn_token):]
+        delta = after_eot + ext_text[len(base_text):]
+        before, _, after = delta.partition(_PROBE_OBS)
+        return before, after
+
+    def encode(self, text: str) -> list[int]:
+        """Tokenises ``text`` once, without adding special tokens."""
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def prompt_ids(self, first_observation: str) -> list[int]:
+        """Ids of the system prompt, the first observation and the generation prompt."""
+        return self.encode(self._render(self._messages(first_observation), add_generation_prompt=True))
+
+    def observation_ids(self, observation: str, previous_turn_ended: bool = True) -> list[int]:
+        """Ids to append after a generated turn: the rest of the assistant turn, the observation as a user
+        message, and the next generation prompt.
+
+        Args:
+            observation: the env's observation text.
+            previous_turn_ended: False when the generation hit ``max_new_tokens`` without the end-of-turn
+                token; the token is then inserted here (it is not trained on).
+        """
+        ids = [] if previous_turn_ended else [self.end_of_turn_id]
+        return ids + self.encode(self._delta_prefix + observation + self._delta_suffix)
+
+    def decode_action(self, generated_ids: Sequence[int]) -> str:
+        """The action text of a generated turn (special tokens, hence the end-of-turn token, dropped)."""
+        return str(self.tokenizer.decode(list(generated_ids), skip_special_tokens=True)).strip()
+
+    def render_ids(self, observations: Sequence[str], actions: Sequence[str]) -> list[int]:
+        """A full re-render of a conversation (for checks): ``observations[i]`` precedes ``actions[i]``;
+        ends with a generation prompt when there is one more observation than actions."""
+        messages: list[dict[str, Any]] = self._messages(observations[0])
+        for i, action in enumerate(actions):
+            messages.append({"role": "assistant", "content": action})
+            if i + 1 < len(observations):
+                messages.append({"role": "user", "content": observations[i + 1]})
+        return self.encode(self._render(messages, add_generation_prompt=len(observations) > len(actions)))
