@@ -27,12 +27,13 @@ No home-made multiprocessing: worker life cycle, scheduling and restarts are Ray
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import os
 import signal
 import traceback
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Self
 
 from rlvr_gym.core import Env, ForkNotSupportedError, StepResult
 from rlvr_gym.failures import Failure, FailureKind
@@ -186,20 +187,20 @@ class EnvPool:
         if self._closed:
             return
         self._closed = True
-        ray = _import_ray() if any(a is not None for a in self._actors) else None
+        if all(actor is None for actor in self._actors) and not self._started_ray:
+            return
+        ray = _import_ray()
         for slot, actor in enumerate(self._actors):
             if actor is None:
                 continue
-            try:
+            with contextlib.suppress(Exception):  # a dead or hung worker is killed below anyway
                 ray.get(actor.shutdown.remote(), timeout=30)
-            except Exception:  # noqa: BLE001 - a dead or hung worker is killed below anyway
-                pass
             ray.kill(actor, no_restart=True)
             self._actors[slot] = None
-        if self._started_ray and ray is not None:
+        if self._started_ray:
             ray.shutdown()
 
-    def __enter__(self) -> "EnvPool":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -264,10 +265,8 @@ class EnvPool:
         if self._actors[slot] is not dead_actor:
             return  # another proxy already replaced it
         ray = _import_ray()
-        try:
+        with contextlib.suppress(Exception):  # already gone
             ray.kill(dead_actor, no_restart=True)
-        except Exception:  # noqa: BLE001 - already gone
-            pass
         self._actors[slot] = None
         self.restarts += 1
 
@@ -373,7 +372,7 @@ class RemoteEnv(Env):
                 return clone
         return self.fork_by_replay()
 
-    def _copy_episode_to(self, clone: "RemoteEnv") -> None:
+    def _copy_episode_to(self, clone: RemoteEnv) -> None:
         clone.max_turns, clone.supports_fork = self.max_turns, self.supports_fork  # type: ignore[misc]
         clone.turn, clone.task, clone.action_history = self.turn, self.task, list(self.action_history)
         clone._reset_args, clone._done, clone._started = self._reset_args, self._done, self._started
@@ -396,7 +395,7 @@ class RemoteEnv(Env):
                 pass
         self._handle = None
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> "RemoteEnv":
+    def __deepcopy__(self, memo: dict[int, Any]) -> RemoteEnv:
         raise TypeError("a RemoteEnv cannot be deep-copied; use env.fork()")
 
 
