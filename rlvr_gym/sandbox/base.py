@@ -1,0 +1,341 @@
+"""What every sandbox back-end shares: limits, results, the work dir and the process runner."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import selectors
+import shutil
+import signal
+import stat
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path, PurePosixPath
+from typing import Protocol, runtime_checkable
+
+from rlvr_gym.failures import Failure, FailureKind
+
+MAX_COLLECT_BYTES = 64 * 1024 * 1024
+"""Cap on the total size of the files returned by one run's ``collect``."""
+
+_MEMORY_PATTERNS = ("MemoryError", "Cannot allocate memory", "std::bad_alloc", "out of memory")
+_FILE_SIZE_PATTERNS = ("File too large",)
+
+
+class SandboxUnavailableError(RuntimeError):
+    """The requested back-end cannot run on this machine (binary missing, no engine, no user namespaces)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SandboxLimits:
+    """Resource limits of one sandbox run. Every field has its unit in its name.
+
+    Attributes:
+        timeout_s: wall-clock limit in seconds, enforced by the parent (the whole process tree is killed).
+        cpu_time_s: CPU-time limit in seconds per process (RLIMIT_CPU; SIGXCPU at the limit).
+        memory_limit_mb: address-space limit in MiB per process (RLIMIT_AS); Docker: the container's memory.
+        file_size_limit_mb: largest file a process may write, in MiB (RLIMIT_FSIZE; SIGXFSZ beyond it).
+        max_processes: processes and threads the sandboxed user may have (RLIMIT_NPROC; Docker: pids limit).
+        output_limit_bytes: bytes kept of each of stdout and stderr; more kills the run (``killed_by="output"``).
+        network: allow network access (bwrap: shares the host network namespace; off by default).
+        max_open_files: open file descriptors per process (RLIMIT_NOFILE).
+        tmp_size_mb: size of the private ``/tmp`` and ``/dev/shm`` tmpfs mounts, in MiB (bwrap, Docker).
+    """
+
+    timeout_s: float = 10.0
+    cpu_time_s: int = 10
+    memory_limit_mb: int = 1024
+    file_size_limit_mb: int = 16
+    max_processes: int = 64
+    output_limit_bytes: int = 65536
+    network: bool = False
+    max_open_files: int = 256
+    tmp_size_mb: int = 64
+
+    def __post_init__(self) -> None:
+        for name in ("timeout_s", "cpu_time_s", "memory_limit_mb", "file_size_limit_mb", "max_processes",
+                     "output_limit_bytes", "max_open_files", "tmp_size_mb"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"SandboxLimits.{name} must be > 0, got {getattr(self, name)!r}")
+
+
+DEFAULT_LIMITS = SandboxLimits()
+"""The limits used when a caller gives none."""
+
+
+@dataclasses.dataclass
+class SandboxResult:
+    """The outcome of one sandbox run.
+
+    Attributes:
+        exit_code: the command's exit status; ``-N`` when it died of signal N; None when it never finished
+            (wall-clock timeout, output limit) or never started.
+        stdout: standard output, decoded as UTF-8 (invalid bytes replaced), at most ``output_limit_bytes``.
+        stderr: standard error, same rules.
+        timed_out: the wall-clock limit ran out.
+        killed_by: which limit ended the run: ``"memory"``, ``"cpu_time"``, ``"file_size"``, ``"output"``,
+            ``"signal:N"``, or None.
+        sandbox_error: why the sandbox itself failed (could not start, bad file path), or None.
+        duration_s: wall-clock seconds from start to the end of the process tree.
+        files: the collected files, by path relative to the work dir.
+    """
+
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+    killed_by: str | None = None
+    sandbox_error: str | None = None
+    duration_s: float = 0.0
+    files: dict[str, bytes] = dataclasses.field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """Exit status 0, no timeout, no limit hit, no sandbox error."""
+        return self.exit_code == 0 and not self.timed_out and self.killed_by is None and self.sandbox_error is None
+
+    def failure(self) -> Failure | None:
+        """The typed failure of this run, or None.
+
+        A run that hit the wall-clock or CPU-time limit is a ``TIMEOUT``; one that hit another limit or whose
+        sandbox failed is a ``SANDBOX_ERROR``. A program that simply exited non-zero is not a failure of the
+        run (its verdict is the verifier's business), so that gives None.
+        """
+        details = {"exit_code": self.exit_code, "killed_by": self.killed_by, "stderr_tail": self.stderr[-500:]}
+        if self.sandbox_error is not None:
+            return Failure(FailureKind.SANDBOX_ERROR, f"sandbox error: {self.sandbox_error}", details)
+        if self.timed_out:
+            return Failure(FailureKind.TIMEOUT, f"wall-clock limit hit after {self.duration_s:.1f} s", details)
+        if self.killed_by == "cpu_time":
+            return Failure(FailureKind.TIMEOUT, "CPU-time limit hit", details)
+        if self.killed_by is not None:
+            return Failure(FailureKind.SANDBOX_ERROR, f"killed by the {self.killed_by} limit", details)
+        return None
+
+
+@runtime_checkable
+class Sandbox(Protocol):
+    """Runs a command in an isolated, fresh work dir.
+
+    ``run(argv, files=..., limits=..., stdin=..., collect=..., env=...)`` writes ``files`` (relative path ->
+    text or bytes) into a new private work dir, runs ``argv`` with that dir as the current directory, and
+    returns a :class:`SandboxResult` with the files named in ``collect`` (relative paths; a directory means
+    every regular file under it). The work dir is deleted afterwards. ``env`` adds environment variables to
+    a cleared environment.
+    """
+
+    name: str
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        files: Mapping[str, str | bytes] = {},
+        limits: SandboxLimits = DEFAULT_LIMITS,
+        stdin: str | bytes | None = None,
+        collect: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+    ) -> SandboxResult:
+        """Runs ``argv``; see the class docstring."""
+        ...
+
+
+# -- work dir ---------------------------------------------------------------------------------------------
+def check_relative_path(path: str) -> PurePosixPath:
+    """Validates a work-dir path: relative, no ``..``, not empty.
+
+    Raises:
+        ValueError: naming the bad path.
+    """
+    pure = PurePosixPath(path)
+    if not path or pure.is_absolute() or ".." in pure.parts:
+        raise ValueError(f"sandbox file paths must be relative and stay in the work dir, got {path!r}")
+    return pure
+
+
+def make_workdir(files: Mapping[str, str | bytes], owner: int | None, root: str | None = None) -> Path:
+    """Creates a private work dir holding ``files``, owned (with its contents) by uid/gid ``owner``."""
+    workdir = Path(tempfile.mkdtemp(prefix="rlvr-sandbox-", dir=root))
+    try:
+        for rel, content in files.items():
+            target = workdir / check_relative_path(rel)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            data = content.encode() if isinstance(content, str) else bytes(content)
+            target.write_bytes(data)
+        if owner is not None:
+            for path in [workdir, *workdir.rglob("*")]:
+                os.chown(path, owner, owner, follow_symlinks=False)
+        os.chmod(workdir, 0o700)
+    except BaseException:
+        remove_tree(workdir)
+        raise
+    return workdir
+
+
+def remove_tree(path: Path) -> None:
+    """Deletes a work dir without following symlinks the sandboxed code may have planted."""
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def collect_files(workdir: Path, paths: Sequence[str]) -> dict[str, bytes]:
+    """Reads the regular files named by ``paths`` (files or directories, relative to ``workdir``).
+
+    Symlinks are never followed, at any path component, so code in the sandbox cannot make the collector
+    read host files (``out.txt -> /etc/shadow``). Missing paths are skipped. At most
+    :data:`MAX_COLLECT_BYTES` in all.
+    """
+    collected: dict[str, bytes] = {}
+    root_fd = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for rel in paths:
+            parts = check_relative_path(rel).parts
+            parts = tuple(p for p in parts if p != ".")
+            _collect_beneath(root_fd, parts, collected)
+    finally:
+        os.close(root_fd)
+    return collected
+
+
+def _collect_beneath(root_fd: int, parts: tuple[str, ...], out: dict[str, bytes]) -> None:
+    fd = os.dup(root_fd)
+    try:
+        for part in parts:
+            next_fd = os.open(part, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
+            os.close(fd)
+            fd = next_fd
+        _read_node(fd, "/".join(parts), out)
+    except OSError:
+        pass  # missing, a symlink, or unreadable: not collected
+    finally:
+        os.close(fd)
+
+
+def _read_node(fd: int, rel: str, out: dict[str, bytes]) -> None:
+    mode = os.fstat(fd).st_mode
+    if stat.S_ISREG(mode):
+        budget = MAX_COLLECT_BYTES - sum(len(v) for v in out.values())
+        if budget > 0:
+            with os.fdopen(os.dup(fd), "rb") as handle:
+                out[rel] = handle.read(budget)
+    elif stat.S_ISDIR(mode):
+        for name in sorted(os.listdir(fd)):
+            try:
+                child = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
+            except OSError:
+                continue  # a symlink (ELOOP) or unreadable: skipped
+            try:
+                _read_node(child, f"{rel}/{name}" if rel else name, out)
+            except OSError:
+                pass
+            finally:
+                os.close(child)
+
+
+# -- running a process tree -------------------------------------------------------------------------------
+@dataclasses.dataclass
+class ProcessOutcome:
+    """Raw outcome of :func:`run_process_tree`."""
+
+    returncode: int | None
+    stdout: bytes
+    stderr: bytes
+    timed_out: bool
+    output_exceeded: bool
+    duration_s: float
+
+
+def run_process_tree(
+    cmd: Sequence[str],
+    *,
+    stdin: str | bytes | None,
+    timeout_s: float,
+    output_limit_bytes: int,
+    env: Mapping[str, str],
+    cwd: Path | None = None,
+    user: int | None = None,
+) -> ProcessOutcome:
+    """Runs ``cmd`` in a new session, capturing capped stdout/stderr, and kills its process group when it
+    exits, times out or writes more than ``output_limit_bytes`` to either stream."""
+    stdin_file = tempfile.TemporaryFile()  # noqa: SIM115  (closed right after Popen inherits it)
+    if stdin is not None:
+        stdin_file.write(stdin.encode() if isinstance(stdin, str) else stdin)
+        stdin_file.seek(0)
+    start = time.monotonic()
+    with stdin_file:
+        proc = subprocess.Popen(
+            list(cmd), stdin=stdin_file, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd,
+            env=dict(env), start_new_session=True, close_fds=True,
+            user=user, group=user, extra_groups=[] if user is not None else None,
+        )
+    try:
+        stdout, stderr, timed_out, exceeded = _pump(proc, start + timeout_s, output_limit_bytes)
+    finally:
+        _kill_group(proc)
+    returncode = None if (timed_out or exceeded) else proc.returncode
+    return ProcessOutcome(returncode, stdout, stderr, timed_out, exceeded, time.monotonic() - start)
+
+
+def _pump(proc: subprocess.Popen[bytes], deadline: float, limit: int) -> tuple[bytes, bytes, bool, bool]:
+    buffers = {proc.stdout: bytearray(), proc.stderr: bytearray()}
+    with selectors.DefaultSelector() as selector:
+        for stream in buffers:
+            selector.register(stream, selectors.EVENT_READ)  # type: ignore[arg-type]
+        while selector.get_map():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return bytes(buffers[proc.stdout]), bytes(buffers[proc.stderr]), True, False
+            for key, _ in selector.select(timeout=min(remaining, 0.5)):
+                chunk = os.read(key.fd, 65536)
+                if not chunk:
+                    selector.unregister(key.fileobj)
+                    continue
+                buffer = buffers[key.fileobj]  # type: ignore[index]
+                buffer.extend(chunk)
+                if len(buffer) > limit:
+                    del buffer[limit:]
+                    return bytes(buffers[proc.stdout]), bytes(buffers[proc.stderr]), False, True
+    try:
+        proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        return bytes(buffers[proc.stdout]), bytes(buffers[proc.stderr]), True, False
+    return bytes(buffers[proc.stdout]), bytes(buffers[proc.stderr]), False, False
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+    for stream in (proc.stdout, proc.stderr):
+        if stream is not None:
+            stream.close()
+
+
+def classify_exit(returncode: int | None, stderr: str, signal_offset: bool) -> tuple[int | None, str | None]:
+    """Maps a raw return code to ``(exit_code, killed_by)``.
+
+    Args:
+        returncode: the raw status (negative for a signal death, as ``subprocess`` reports it).
+        stderr: the decoded standard error, scanned for out-of-memory messages.
+        signal_offset: True when the launcher reports a signal death as ``128 + N`` (bwrap does).
+    """
+    if returncode is None:
+        return None, None
+    signum = -returncode if returncode < 0 else 0
+    if signal_offset and 128 < returncode < 128 + 65:
+        signum = returncode - 128
+    if signum in _SIGNALS:
+        names = {signal.SIGXCPU.value: "cpu_time", signal.SIGXFSZ.value: "file_size"}
+        return -signum, names.get(signum, f"signal:{signum}")
+    # Python ignores SIGXFSZ and turns RLIMIT_AS into MemoryError, so those limits show up in stderr.
+    if returncode != 0 and any(p in stderr[-4000:] for p in _MEMORY_PATTERNS):
+        return returncode, "memory"
+    if returncode != 0 and any(p in stderr[-4000:] for p in _FILE_SIZE_PATTERNS):
+        return returncode, "file_size"
+    return returncode, None
+
+
+_SIGNALS = {s.value for s in signal.Signals}

@@ -1,0 +1,193 @@
+"""The bubblewrap back-end (the default). See :mod:`rlvr_gym.sandbox` for what it isolates."""
+
+from __future__ import annotations
+
+import functools
+import os
+import secrets
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from rlvr_gym.sandbox.base import (
+    DEFAULT_LIMITS,
+    SandboxLimits,
+    SandboxResult,
+    SandboxUnavailableError,
+    classify_exit,
+    collect_files,
+    make_workdir,
+    remove_tree,
+    run_process_tree,
+)
+
+SANDBOX_UID = 65534
+"""The uid (``nobody``) the sandboxed code sees inside its user namespace."""
+HOST_UID_BASE = 1_000_000_000
+"""Runs started as root use a fresh host uid in ``[HOST_UID_BASE, HOST_UID_BASE + 2**24)``, so the process
+limit of one run is not shared with concurrent runs (RLIMIT_NPROC counts per host uid)."""
+WORKDIR_MOUNT = "/workspace"
+_ETC_ENTRIES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime", "mime.types")
+_BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": WORKDIR_MOUNT, "LANG": "C.UTF-8",
+             "PYTHONDONTWRITEBYTECODE": "1", "TMPDIR": "/tmp"}
+
+
+class BwrapSandbox:
+    """Runs commands under bubblewrap as an unprivileged user, without network, with rlimits.
+
+    Args:
+        bwrap_path: the ``bwrap`` binary (default: found on PATH).
+        extra_ro_binds: more host paths made visible read-only, as ``{host_path: sandbox_path}``.
+        workdir_root: where work dirs are created (default: the system temp dir). Must be traversable by
+            unprivileged users.
+
+    Raises:
+        SandboxUnavailableError: when ``bwrap`` or ``prlimit`` is missing, or user namespaces are off.
+    """
+
+    name = "bwrap"
+
+    def __init__(
+        self,
+        bwrap_path: str | None = None,
+        extra_ro_binds: Mapping[str, str] | None = None,
+        workdir_root: str | None = None,
+    ) -> None:
+        self.bwrap_path = bwrap_path or shutil.which("bwrap") or ""
+        self.prlimit_path = shutil.which("prlimit") or ""
+        if not self.bwrap_path or not self.prlimit_path:
+            raise SandboxUnavailableError(
+                "bubblewrap sandbox needs `bwrap` and `prlimit` on PATH; install them with "
+                "`apt-get install bubblewrap util-linux` (or use get_sandbox('docker'))"
+            )
+        self.extra_ro_binds = dict(extra_ro_binds or {})
+        self.workdir_root = workdir_root
+        _check_userns(self.bwrap_path, self.prlimit_path)
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        files: Mapping[str, str | bytes] = {},
+        limits: SandboxLimits = DEFAULT_LIMITS,
+        stdin: str | bytes | None = None,
+        collect: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+    ) -> SandboxResult:
+        """Runs ``argv`` in ``/workspace``, a fresh dir holding ``files``. See :class:`Sandbox`.
+
+        Raises:
+            ValueError: on an empty ``argv`` or a file path that leaves the work dir.
+        """
+        if not argv:
+            raise ValueError("argv must name a command, got an empty list")
+        host_uid = _host_uid()
+        workdir = make_workdir(files, host_uid, self.workdir_root)
+        try:
+            cmd = self._command(argv, workdir, limits, env or {}, host_uid)
+            outcome = run_process_tree(
+                cmd, stdin=stdin, timeout_s=limits.timeout_s, output_limit_bytes=limits.output_limit_bytes,
+                env={"PATH": "/usr/bin:/bin"}, user=host_uid if os.geteuid() == 0 else None,
+            )
+            stdout = outcome.stdout.decode("utf-8", "replace")
+            stderr = outcome.stderr.decode("utf-8", "replace")
+            sandbox_error = _launcher_error(outcome.returncode, stderr)
+            exit_code, killed_by = classify_exit(outcome.returncode, stderr, signal_offset=True)
+            if outcome.output_exceeded:
+                killed_by = "output"
+            return SandboxResult(
+                exit_code, stdout, stderr, outcome.timed_out, killed_by, sandbox_error, outcome.duration_s,
+                collect_files(workdir, collect) if collect else {},
+            )
+        finally:
+            remove_tree(workdir)
+
+    def _command(
+        self, argv: Sequence[str], workdir: Path, limits: SandboxLimits, env: Mapping[str, str], host_uid: int
+    ) -> list[str]:
+        rlimits = _prlimit_args(limits, host_uid)
+        namespaces = ["--unshare-all", "--unshare-user", "--disable-userns"]
+        if limits.network:
+            namespaces.append("--share-net")
+        tmp_bytes = str(limits.tmp_size_mb * 1024 * 1024)
+        mounts = [
+            "--ro-bind", "/usr", "/usr",
+            "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
+            "--symlink", "usr/lib64", "/lib64", "--symlink", "usr/sbin", "/sbin",
+            "--proc", "/proc", "--dev", "/dev",
+            "--size", tmp_bytes, "--tmpfs", "/dev/shm",
+            "--size", tmp_bytes, "--tmpfs", "/tmp",
+            "--bind", str(workdir), WORKDIR_MOUNT,
+        ]
+        for entry in _ETC_ENTRIES:
+            mounts += ["--ro-bind-try", f"/etc/{entry}", f"/etc/{entry}"]
+        for host_path, sandbox_path in self.extra_ro_binds.items():
+            mounts += ["--ro-bind", host_path, sandbox_path]
+        environment = ["--clearenv"]
+        for key, value in {**_BASE_ENV, **env}.items():
+            environment += ["--setenv", key, value]
+        identity = ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--hostname", "sandbox"]
+        session = ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--chdir", WORKDIR_MOUNT]
+        return [self.prlimit_path, *rlimits, "--", self.bwrap_path, *namespaces, *identity, *session,
+                *mounts, *environment, "--", *argv]
+
+
+def _prlimit_args(limits: SandboxLimits, host_uid: int) -> list[str]:
+    mib = 1024 * 1024
+    nproc = limits.max_processes
+    if os.geteuid() != 0:
+        # Without root we cannot switch to a fresh uid; the limit counts this user's other processes too.
+        nproc += _count_processes(host_uid)
+    return [
+        f"--as={limits.memory_limit_mb * mib}",
+        f"--cpu={limits.cpu_time_s}:{limits.cpu_time_s + 1}",
+        f"--fsize={limits.file_size_limit_mb * mib}",
+        f"--nproc={nproc}",
+        f"--nofile={limits.max_open_files}",
+        "--core=0",
+    ]
+
+
+def _host_uid() -> int:
+    if os.geteuid() == 0:
+        return HOST_UID_BASE + secrets.randbelow(2**24)
+    return os.geteuid()
+
+
+def _count_processes(uid: int) -> int:
+    count = 0
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                count += entry.stat().st_uid == uid
+            except OSError:
+                pass
+    return count
+
+
+def _launcher_error(returncode: int | None, stderr: str) -> str | None:
+    """bwrap reports its own setup failures as ``bwrap: ...`` on stderr with status 1."""
+    if returncode == 1 and stderr.startswith("bwrap: "):
+        return stderr.strip().splitlines()[0]
+    if returncode in (126, 127) and stderr.startswith("prlimit: "):
+        return stderr.strip().splitlines()[0]
+    return None
+
+
+@functools.cache
+def _check_userns(bwrap_path: str, prlimit_path: str) -> None:
+    """Runs ``true`` in a minimal sandbox once per process; raises when bubblewrap cannot start."""
+    user = _host_uid()
+    cmd = [bwrap_path, "--unshare-all", "--unshare-user", "--ro-bind", "/usr", "/usr",
+           "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64", "--", "/usr/bin/true"]
+    try:
+        done = subprocess.run(cmd, check=False, capture_output=True, timeout=10, user=user if os.geteuid() == 0 else None,
+                              env={"PATH": "/usr/bin:/bin"})
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise SandboxUnavailableError(f"bubblewrap could not start: {error}") from None
+    if done.returncode != 0:
+        raise SandboxUnavailableError(
+            f"bubblewrap cannot create a sandbox here ({done.stderr.decode(errors='replace').strip()}); "
+            "unprivileged user namespaces may be disabled (sysctl kernel.unprivileged_userns_clone=1)"
+        )

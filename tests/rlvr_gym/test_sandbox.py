@@ -1,0 +1,157 @@
+"""Functional tests of rlvr_gym.sandbox: the API, limits and result classification (bwrap back-end)."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import warnings
+
+import pytest
+
+from rlvr_gym import FailureKind
+from rlvr_gym.sandbox import SandboxLimits, SandboxResult, SandboxUnavailableError, get_sandbox
+from rlvr_gym.sandbox.base import classify_exit, collect_files, make_workdir, remove_tree
+
+FAST = SandboxLimits(timeout_s=5.0, cpu_time_s=2, memory_limit_mb=512)
+
+
+@pytest.fixture(scope="module")
+def box():  # type: ignore[no-untyped-def]
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed (apt-get install bubblewrap)")
+    try:
+        return get_sandbox("bwrap")
+    except SandboxUnavailableError as error:
+        pytest.skip(str(error))
+
+
+def test_runs_program_with_files_stdin_and_collects(box) -> None:  # type: ignore[no-untyped-def]
+    program = "import sys\nopen('out/result.txt','w').write(sys.stdin.read().upper())\nprint(open('data.txt').read())"
+    result = box.run(["sh", "-c", "mkdir out && python3 main.py"], files={"main.py": program, "data.txt": "abc"},
+                     stdin="hello", collect=["out"], limits=FAST)
+    assert result.ok, result
+    assert result.stdout == "abc\n"
+    assert result.files == {"out/result.txt": b"HELLO"}
+    assert result.failure() is None
+
+
+def test_nonzero_exit_is_not_a_sandbox_failure(box) -> None:  # type: ignore[no-untyped-def]
+    result = box.run(["python3", "-c", "import sys; print('x', file=sys.stderr); sys.exit(3)"], limits=FAST)
+    assert (result.exit_code, result.stderr, result.ok, result.failure()) == (3, "x\n", False, None)
+
+
+def test_runs_as_nobody_in_workspace_with_cleared_env(box) -> None:  # type: ignore[no-untyped-def]
+    code = "import os; print(os.getuid(), os.getgid(), os.getcwd(), sorted(os.environ))"
+    result = box.run(["python3", "-c", code], env={"EXTRA": "1"}, limits=FAST)
+    assert result.stdout.split(" ", 3)[:3] == ["65534", "65534", "/workspace"]
+    assert "EXTRA" in result.stdout and "HOSTNAME" not in result.stdout
+
+
+def test_wall_clock_timeout(box) -> None:  # type: ignore[no-untyped-def]
+    result = box.run(["sleep", "30"], limits=SandboxLimits(timeout_s=0.5))
+    assert result.timed_out and result.exit_code is None
+    assert 0.5 <= result.duration_s < 3.0
+    failure = result.failure()
+    assert failure is not None and failure.kind is FailureKind.TIMEOUT
+
+
+def test_cpu_time_limit(box) -> None:  # type: ignore[no-untyped-def]
+    result = box.run(["python3", "-c", "while True: pass"], limits=SandboxLimits(timeout_s=10, cpu_time_s=1))
+    assert result.killed_by == "cpu_time" and not result.timed_out
+    assert result.duration_s < 5.0
+    assert result.failure().kind is FailureKind.TIMEOUT  # type: ignore[union-attr]
+
+
+def test_memory_limit(box) -> None:  # type: ignore[no-untyped-def]
+    result = box.run(["python3", "-c", "x = bytearray(1024 * 1024 * 1024)"], limits=FAST)
+    assert result.killed_by == "memory" and result.exit_code == 1
+    assert result.failure().kind is FailureKind.SANDBOX_ERROR  # type: ignore[union-attr]
+
+
+def test_output_limit_kills_and_truncates(box) -> None:  # type: ignore[no-untyped-def]
+    result = box.run(["python3", "-c", "while True: print('y' * 1000)"], limits=SandboxLimits(output_limit_bytes=4096))
+    assert result.killed_by == "output" and len(result.stdout) == 4096 and result.exit_code is None
+
+
+def test_file_size_limit(box) -> None:  # type: ignore[no-untyped-def]
+    result = box.run(["sh", "-c", "head -c 3000000 /dev/zero > big"], limits=SandboxLimits(file_size_limit_mb=1))
+    assert result.killed_by == "file_size" and result.exit_code == -signal.SIGXFSZ
+
+
+def test_missing_command_is_a_sandbox_error(box) -> None:  # type: ignore[no-untyped-def]
+    result = box.run(["no-such-program"], limits=FAST)
+    assert result.sandbox_error is not None and "no-such-program" in result.sandbox_error
+    assert result.failure().kind is FailureKind.SANDBOX_ERROR  # type: ignore[union-attr]
+
+
+def test_bad_arguments_raise(box) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ValueError, match="relative"):
+        box.run(["true"], files={"../escape.txt": "x"})
+    with pytest.raises(ValueError, match="relative"):
+        box.run(["true"], files={"/etc/x": "x"})
+    with pytest.raises(ValueError, match="argv"):
+        box.run([])
+    with pytest.raises(ValueError, match="timeout_s"):
+        SandboxLimits(timeout_s=0)
+    with pytest.raises(ValueError, match="unknown sandbox backend"):
+        get_sandbox("chroot")
+
+
+def test_work_dirs_are_removed(box, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from rlvr_gym.sandbox.bwrap import BwrapSandbox
+
+    local_box = BwrapSandbox(workdir_root=str(tmp_path))
+    tmp_path.chmod(0o755)
+    local_box.run(["sh", "-c", "echo x > f; mkdir d; ln -s / d/root"], limits=FAST)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_collect_skips_symlinks_everywhere(tmp_path) -> None:
+    workdir = make_workdir({"a/ok.txt": "fine", "b.txt": "bee"}, None, str(tmp_path))
+    secret = tmp_path / "secret.txt"
+    secret.write_text("host secret")
+    (workdir / "link.txt").symlink_to(secret)
+    (workdir / "linkdir").symlink_to(tmp_path)
+    files = collect_files(workdir, [".", "link.txt", "linkdir/secret.txt", "missing"])
+    assert files == {"a/ok.txt": b"fine", "b.txt": b"bee"}
+    remove_tree(workdir)
+    assert secret.read_text() == "host secret" and not workdir.exists()
+
+
+def test_classify_exit() -> None:
+    assert classify_exit(0, "", True) == (0, None)
+    assert classify_exit(128 + 24, "", True) == (-24, "cpu_time")
+    assert classify_exit(128 + 25, "", True) == (-25, "file_size")
+    assert classify_exit(128 + 9, "", True) == (-9, "signal:9")
+    assert classify_exit(-9, "", False) == (-9, "signal:9")
+    assert classify_exit(137, "", False) == (137, None)  # plain exit(137) outside bwrap is not a signal
+    assert classify_exit(1, "Traceback\nMemoryError\n", False) == (1, "memory")
+    assert classify_exit(None, "", True) == (None, None)
+
+
+def test_result_failure_kinds() -> None:
+    assert SandboxResult(0, "", "").ok
+    assert SandboxResult(0, "", "", killed_by="output").failure().kind is FailureKind.SANDBOX_ERROR  # type: ignore[union-attr]
+    assert SandboxResult(None, "", "", sandbox_error="boom").failure().kind is FailureKind.SANDBOX_ERROR  # type: ignore[union-attr]
+
+
+def test_subprocess_backend_warns_and_runs() -> None:
+    from rlvr_gym.sandbox.local import SubprocessSandbox, UnsafeSandboxWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        local = SubprocessSandbox()
+    assert any(issubclass(w.category, UnsafeSandboxWarning) for w in caught)
+    result = local.run(["python3", "-c", "import os; print(sorted(os.listdir('.')))"], files={"x.py": ""},
+                       limits=FAST)
+    assert result.ok and result.stdout == "['x.py']\n"
+    assert local.run(["sleep", "5"], limits=SandboxLimits(timeout_s=0.3)).timed_out
+
+
+@pytest.mark.docker
+def test_docker_backend_runs() -> None:
+    box = get_sandbox("docker")
+    result = box.run(["python3", "-c", "import os; print(open('in.txt').read(), os.getuid())"],
+                     files={"in.txt": "hi"}, limits=FAST)
+    assert result.ok and result.stdout == "hi 65534\n"
+    assert box.run(["python3", "-c", "import urllib.request as u; u.urlopen('http://1.1.1.1', timeout=2)"]).exit_code != 0
