@@ -18,7 +18,7 @@ chooses when to stop) and DAPO's reward shaping / dynamic sampling live here too
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Sequence
 
 import torch
 from torch import Tensor
@@ -157,3 +157,130 @@ def nonzero_variance_groups(rewards: Tensor, group_index: Tensor, atol: float = 
     low = torch.full((num,), big, dtype=torch.float64).scatter_reduce(0, dense, r, "amin")
     high = torch.full((num,), -big, dtype=torch.float64).scatter_reduce(0, dense, r, "amax")
     return (high - low)[dense] > atol
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Turn-level credit. Inputs are "step rows": one row per turn, rows of a trajectory in turn order.
+
+
+def discounted_returns(step_rewards: Tensor, traj_index: Tensor, gamma: float = 1.0) -> Tensor:
+    """Returns-to-go G_t = r_t + gamma G_{t+1} within each trajectory (G_T = r_T at its last turn).
+
+    Args:
+        step_rewards: reward received after each turn. Shape: (S,).
+        traj_index: trajectory id of each row; a trajectory's rows appear in turn order. Shape: (S,).
+        gamma: discount in [0, 1].
+
+    Returns:
+        Shape (S,), float64.
+    """
+    if not 0.0 <= gamma <= 1.0:
+        raise ValueError(f"gamma must be in [0, 1]; got {gamma}")
+    returns = torch.zeros(len(step_rewards), dtype=torch.float64)
+    running: dict[int, float] = {}
+    for row in range(len(step_rewards) - 1, -1, -1):
+        traj = int(traj_index[row])
+        running[traj] = float(step_rewards[row]) + gamma * running.get(traj, 0.0)
+        returns[row] = running[traj]
+    return returns
+
+
+def _turn_numbers(traj_index: Tensor) -> list[int]:
+    seen: dict[int, int] = {}
+    turns = []
+    for traj in traj_index.tolist():
+        turns.append(seen.get(traj, 0))
+        seen[traj] = turns[-1] + 1
+    return turns
+
+
+def turn_rloo_advantages(step_rewards: Tensor, traj_index: Tensor, group_index: Tensor, gamma: float = 1.0) -> Tensor:
+    """Per-turn advantage A_{i,t} = G_{i,t} - mean_{j != i} G_{j,t}, unbiased under variable turn counts.
+
+    G_{j,t} is trajectory j's return-to-go from its turn t, and **0 when j ended before turn t** (an ended
+    episode sits in an absorbing state with zero reward). The baseline is computed from the *other*
+    trajectories of the group only, with a fixed number of terms, so it does not depend on trajectory i's
+    own actions, including its choice of when to stop.
+
+    Why not per-turn-index normalisation (MT-GRPO style): normalising each turn's reward by the group mean
+    at that turn index and summing those advantages up to the trajectory's own last turn subtracts
+    one baseline term per turn taken; the number of terms depends on the policy's stopping decision, which
+    makes the baseline action-dependent and biases the gradient with a hidden per-turn bonus of
+    -E[intermediate reward] (verl RFC #7244). ``tests/rlvr_gym_agents/test_advantages.py`` checks by exact
+    enumeration on a small stopping problem that this estimator is unbiased and that construction is not.
+
+    Args:
+        step_rewards: reward after each turn. Shape: (S,).
+        traj_index: trajectory id per row, rows of a trajectory in turn order. Shape: (S,).
+        group_index: group (task) id per row; constant within a trajectory. Shape: (S,).
+        gamma: discount for the returns-to-go.
+
+    Returns:
+        Shape (S,) float64; rows of groups with one trajectory get 0.
+    """
+    returns = discounted_returns(step_rewards, traj_index, gamma)
+    turns = _turn_numbers(traj_index)
+    group_of = {int(t): int(g) for t, g in zip(traj_index.tolist(), group_index.tolist(), strict=True)}
+    members: dict[int, set[int]] = {}
+    for traj, group in group_of.items():
+        members.setdefault(group, set()).add(traj)
+    table = {(int(traj_index[r]), turns[r]): float(returns[r]) for r in range(len(returns))}
+    adv = torch.zeros_like(returns)
+    for row, (traj, turn) in enumerate(zip(traj_index.tolist(), turns, strict=True)):
+        others = members[group_of[traj]] - {traj}
+        if others:
+            baseline = sum(table.get((j, turn), 0.0) for j in others) / len(others)
+            adv[row] = returns[row] - baseline
+    return adv
+
+
+def gigpo_advantages(
+    step_rewards: Tensor,
+    traj_index: Tensor,
+    group_index: Tensor,
+    anchor_keys: Sequence[Hashable],
+    gamma: float = 0.95,
+    omega: float = 1.0,
+    std_norm: bool = False,
+    eps: float = 1e-6,
+) -> Tensor:
+    """GiGPO: A = A^E(trajectory) + omega * A^S(step) (Feng et al. 2025, arXiv 2505.10978, Eq. 3-8).
+
+    - Episode advantage A^E: group estimator over the episode rewards R = sum_t r_t, *one entry per
+      trajectory* (the paper's form; verl-agent's default counts each trajectory once per step, which weights
+      long trajectories more in the baseline).
+    - Step advantage A^S: rows with the same (group, anchor key) form an anchor group; A^S = (G_t - mean) /
+      F_norm over the group's discounted returns-to-go G_t; singleton anchor groups get 0.
+    - F_norm = std + eps if ``std_norm`` ("mean_std_norm") else 1 ("mean_norm").
+
+    Args:
+        step_rewards: reward after each turn. Shape: (S,).
+        traj_index: trajectory id per row, rows in turn order. Shape: (S,).
+        group_index: task/prompt group per row. Shape: (S,).
+        anchor_keys: hashable key of the env state each turn started from (raw observation text, or the
+            tree node it was forked from: :func:`tree_credit.turn_anchor_keys`). Length S.
+        gamma: step discount (0.95 in every GiGPO example). omega: step-advantage weight (1.0).
+        std_norm: divide by the std (ALFWorld example) or not (WebShop/Sokoban). eps: std offset.
+
+    Returns:
+        Shape (S,) float64, to be broadcast over the action tokens of each turn.
+    """
+    if len(anchor_keys) != len(step_rewards):
+        raise ValueError(f"need one anchor key per step row: {len(anchor_keys)} keys, {len(step_rewards)} rows")
+    estimator = "grpo" if std_norm else "drgrpo"
+    episode_adv = _episode_advantages(step_rewards, traj_index, group_index, estimator, eps)
+    returns = discounted_returns(step_rewards, traj_index, gamma)
+    keys = [(int(g), k) for g, k in zip(group_index.tolist(), anchor_keys, strict=True)]
+    ids: dict[tuple[int, Hashable], int] = {}
+    anchor_ids = torch.tensor([ids.setdefault(k, len(ids)) for k in keys], dtype=torch.long)
+    step_adv = group_advantages(returns, anchor_ids, estimator, eps)
+    return episode_adv + omega * step_adv
+
+
+def _episode_advantages(
+    step_rewards: Tensor, traj_index: Tensor, group_index: Tensor, estimator: str, eps: float
+) -> Tensor:
+    trajs, row_to_traj = torch.unique(traj_index, return_inverse=True)
+    episode_reward = torch.zeros(len(trajs), dtype=torch.float64).index_add(0, row_to_traj, step_rewards.double())
+    traj_group = torch.zeros(len(trajs), dtype=torch.long).index_copy(0, row_to_traj, group_index.long())
+    return group_advantages(episode_reward, traj_group, estimator, eps)[row_to_traj]

@@ -1,0 +1,114 @@
+"""Tree credit assignment against hand-computed values and algorithms.md §9 properties 5-7."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from rlvr_gym_agents.tree_credit import (
+    leaf_paths,
+    leaf_token_advantages,
+    node_advantages,
+    per_row_node_weights,
+    soft_leaf_advantages,
+    tree_values,
+    treepo_leaf_advantages,
+    turn_anchor_keys,
+)
+
+# root 0 -> {1, 2}; 1 -> {3, 4, 5}. Leaves 2, 3, 4, 5 with rewards 0, 1, 1, 0.
+PARENTS = [-1, 0, 0, 1, 1, 1]
+REWARDS = {2: 0.0, 3: 1.0, 4: 1.0, 5: 0.0}
+
+
+def test_values_and_counts() -> None:
+    counts, values = tree_values(PARENTS, REWARDS)
+    assert counts.tolist() == [4, 3, 1, 1, 1, 1]
+    torch.testing.assert_close(values, torch.tensor([0.5, 2 / 3, 0, 1, 1, 0], dtype=torch.float64))
+
+
+def test_value_consistency_and_local_advantages_cancel() -> None:
+    gen = torch.Generator().manual_seed(3)
+    parents = [-1, 0, 0, 0, 1, 1, 2, 2, 2, 4, 4]
+    leaves = [3, 5, 6, 7, 8, 9, 10]
+    rewards = {leaf: float(torch.rand(1, generator=gen)) for leaf in leaves}
+    counts, values = tree_values(parents, rewards)
+    assert float(values[0]) == pytest.approx(sum(rewards.values()) / len(rewards))
+    local = node_advantages(parents, rewards, "local")
+    for node in range(len(parents)):
+        kids = [c for c, p in enumerate(parents) if p == node]
+        if kids:
+            assert float(values[node] * counts[node]) == pytest.approx(sum(float(values[c] * counts[c]) for c in kids))
+            assert sum(float(counts[c] * local[c]) for c in kids) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_treerl_local_global_hand_computed() -> None:
+    treerl = node_advantages(PARENTS, REWARDS, "treerl")
+    # node 1: (1/6 + 1/6) / sqrt(3); node 2: (-1/2 - 1/2) / 1; node 3: (1/2 + 1/3) / 1; node 5: (-1/2 - 2/3)
+    expected = [0.0, (1 / 3) / math.sqrt(3), -1.0, 5 / 6, 5 / 6, -7 / 6]
+    torch.testing.assert_close(treerl, torch.tensor(expected, dtype=torch.float64))
+    glob = node_advantages(PARENTS, REWARDS, "global")
+    torch.testing.assert_close(glob, torch.tensor([0, 1 / 6, -0.5, 0.5, 0.5, -0.5], dtype=torch.float64))
+
+
+def test_leave_one_out_local_baseline() -> None:
+    loo = node_advantages(PARENTS, REWARDS, "local", baseline="loo")
+    # node 1 vs leaf 2 (0) -> 2/3; node 2 vs leaves 3,4,5 (2/3) -> -2/3; node 3 vs 4,5 (0.5) -> 0.5; node 5 vs 3,4 -> -1
+    torch.testing.assert_close(loo, torch.tensor([0, 2 / 3, -2 / 3, 0.5, 0.5, -1.0], dtype=torch.float64))
+
+
+def test_arpo_hard_is_mean_of_leaf_advantages_and_soft_sums_to_d_times_it() -> None:
+    hard = node_advantages(PARENTS, REWARDS, "arpo_hard")
+    a = 0.5 / math.sqrt(1 / 3)  # GRPO advantage magnitude of the leaves
+    torch.testing.assert_close(hard, torch.tensor([0, a / 3, -a, a, a, -a], dtype=torch.float64), atol=1e-5, rtol=0)
+    soft = soft_leaf_advantages(REWARDS)
+    shared = [leaf for leaf, path in leaf_paths(PARENTS).items() if 1 in path]
+    assert sum(soft[leaf] for leaf in shared) == pytest.approx(len(shared) * float(hard[1]), abs=1e-5)
+
+
+def test_treepo_hand_computed_and_root_only_is_centred_grpo() -> None:
+    adv = treepo_leaf_advantages(PARENTS, REWARDS)
+    # leaf 3: mean((1 - 2/3), (1 - 1/2)) = 5/12; leaf 5: mean((0 - 2/3), (0 - 1/2)) = -7/12; leaf 2: 0 - 1/2
+    assert adv == pytest.approx({2: -0.5, 3: 5 / 12, 4: 5 / 12, 5: -7 / 12})
+    flat = treepo_leaf_advantages([-1, 0, 0, 0], {1: 1.0, 2: 0.0, 3: 0.0})
+    assert flat == pytest.approx({1: 2 / 3, 2: -1 / 3, 3: -1 / 3})
+    equal_subtree = treepo_leaf_advantages(PARENTS, {2: 0.0, 3: 1.0, 4: 1.0, 5: 1.0})
+    assert equal_subtree[3] == pytest.approx(0.25 / 2)  # subtree 1 all-equal: only the root term is non-zero
+
+
+def test_token_advantages_follow_segments() -> None:
+    adv = node_advantages(PARENTS, REWARDS, "treerl")
+    lengths = [2, 1, 3, 2, 1, 1]
+    rows = leaf_token_advantages(PARENTS, adv, lengths)
+    a1, a3 = float(adv[1]), float(adv[3])
+    torch.testing.assert_close(rows[3], torch.tensor([0, 0, a1, a3, a3]))
+    assert rows[2].tolist() == pytest.approx([0, 0, -1, -1, -1])
+    dedup = leaf_token_advantages(PARENTS, adv, lengths, dedup=True)
+    torch.testing.assert_close(dedup[3], torch.tensor([0, 0, a1 / 3, a3, a3]))
+    # deduplicated copies of a shared segment add up to its advantage once
+    weights = per_row_node_weights(PARENTS, dedup=True)
+    assert sum(w.get(1, 0.0) for w in weights.values()) == pytest.approx(1.0)
+
+
+def test_anchor_keys_are_branch_nodes() -> None:
+    assert turn_anchor_keys(PARENTS) == PARENTS
+
+
+@pytest.mark.parametrize(
+    ("parents", "rewards", "match"),
+    [
+        ([0, 0], {1: 1.0}, "root"),
+        ([-1, 2, 0], {1: 1.0}, "topological"),
+        ([-1, 0, 0], {1: 1.0}, "leaves"),
+        ([-1, 0], {0: 1.0, 1: 1.0}, "leaves"),
+    ],
+)
+def test_malformed_trees_raise(parents: list[int], rewards: dict[int, float], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        tree_values(parents, rewards)
+
+
+def test_unknown_mode_raises() -> None:
+    with pytest.raises(ValueError, match="treerl"):
+        node_advantages(PARENTS, REWARDS, "bogus")
