@@ -1,6 +1,15 @@
-"""Test doubles and the conformance checker, for rlvr_gym and for environment authors."""
+"""Test doubles and the conformance checker, for rlvr_gym and for environment authors.
+
+- :func:`check_env`: the conformance checker (:mod:`rlvr_gym.testing.checker`).
+- :class:`GoldAgent`, :class:`RandomAgent`, :class:`ScriptedAgent`: test agents.
+- ``testing/Echo-v0`` (:class:`EchoEnv`): a toy env with a known optimum; :func:`echo_tasks` makes tasks.
+- :func:`temporary_env`: register an env for the duration of a test.
+"""
 
 from rlvr_gym.registry import register
+from rlvr_gym.testing.agents import GoldAgent, RandomAgent, ScriptedAgent
+from rlvr_gym.testing.checker import CheckError, CheckReport, CheckResult, check_env
+from rlvr_gym.testing.registration import temporary_env
 from rlvr_gym.testing.toy import EchoEnv, echo_tasks, verify_echo
 
 register(
@@ -8,6 +17,19 @@ register(
     "rlvr_gym.testing.toy:EchoEnv",
     description="Toy env with a known optimum: say the word you are shown.",
     max_turns=3,
+    default_suite="testing/echo",
 )
 
-__all__ = ["EchoEnv", "echo_tasks", "verify_echo"]
+__all__ = [
+    "CheckError",
+    "CheckReport",
+    "CheckResult",
+    "EchoEnv",
+    "GoldAgent",
+    "RandomAgent",
+    "ScriptedAgent",
+    "check_env",
+    "echo_tasks",
+    "temporary_env",
+    "verify_echo",
+]
