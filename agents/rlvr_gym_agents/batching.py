@@ -1,0 +1,45 @@
+"""Padding token sequences into tensors and scoring them with the model (shared by SFT and RL)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+
+
+def pad_right(rows: Sequence[Sequence[float]], pad_value: float, dtype: torch.dtype) -> torch.Tensor:
+    """Right-pads ``rows`` into a (B, T) tensor, T = the longest row."""
+    width = max(len(r) for r in rows)
+    out = torch.full((len(rows), width), pad_value, dtype=dtype)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.as_tensor(list(row), dtype=dtype)
+    return out
+
+
+def token_logprobs(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                   temperature: float = 1.0, with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probability of each token given the tokens before it.
+
+    Args:
+        model: a causal LM.
+        input_ids: (B, T) long, right-padded.
+        attention_mask: (B, T) long, 1 on real tokens.
+        temperature: logits are divided by it (matching the sampler; 0 or 1 leave them unchanged).
+        with_entropy: also return the next-token entropy (nats) at each position.
+
+    Returns:
+        ``(logp, entropy)``: (B, T) tensors; position t scores ``input_ids[:, t]`` from positions < t, so
+        column 0 (no context) is 0. ``entropy`` is None unless asked for.
+    """
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits[:, :-1].float()
+    if temperature not in (0.0, 1.0):
+        logits = logits / temperature
+    logprobs = F.log_softmax(logits, dim=-1)
+    chosen = logprobs.gather(2, input_ids[:, 1:, None]).squeeze(2)
+    zeros = torch.zeros_like(chosen[:, :1])
+    logp = torch.cat([zeros, chosen], dim=1)
+    if not with_entropy:
+        return logp, None
+    entropy = -(logprobs.exp() * logprobs).sum(dim=-1)
+    return logp, torch.cat([zeros, entropy], dim=1)

@@ -1,0 +1,51 @@
+"""Command-line entry points of the learning side.
+
+``rlvr-gym train RECIPE [key=value ...]`` delegates to :func:`train_main`; ``rlvr-gym eval --agent SPEC``
+builds its agent with :func:`load_agent` (a model directory or hub id).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from rlvr_gym_agents.config import ConfigError, load_config
+from rlvr_gym_agents.policy_eval import PolicyAgent
+from rlvr_gym_agents.policy_eval import load_agent as _load_agent
+
+
+def train_main(argv: list[str]) -> int:
+    """Runs ``rlvr-gym train RECIPE [key=value ...]``; returns the exit status.
+
+    Example: ``rlvr-gym train agents/recipes/quickstart.yaml seed=1 train.num_steps=30``.
+    """
+    parser = argparse.ArgumentParser(prog="rlvr-gym train", description="Train a policy with a YAML recipe.")
+    parser.add_argument("recipe", help="path to a recipe, e.g. agents/recipes/quickstart.yaml")
+    parser.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. seed=1 train.num_steps=30")
+    args = parser.parse_args(argv)
+    try:
+        config = load_config(args.recipe, args.overrides)
+    except (ConfigError, FileNotFoundError) as error:
+        print(f"rlvr-gym train: {error}", file=sys.stderr)
+        return 2
+    from rlvr_gym_agents.trainer import train
+
+    train(config)
+    return 0
+
+
+def load_agent(spec: str, **sampling: object) -> PolicyAgent:
+    """A ``BatchAgent`` over the policy at ``spec`` (model directory or hub id).
+
+    Args:
+        spec: a model directory (e.g. ``runs/quickstart/checkpoint``) or a hub id.
+        **sampling: ``temperature``, ``top_p``, ``max_new_tokens``, ``device``, ``system_prompt``, ``seed``.
+
+    Raises:
+        FileNotFoundError: naming the path when a local model directory or its tokenizer is missing.
+    """
+    return _load_agent(spec, **sampling)  # type: ignore[arg-type]
+
+
+if __name__ == "__main__":
+    raise SystemExit(train_main(sys.argv[1:]))

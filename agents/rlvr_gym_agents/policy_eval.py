@@ -1,0 +1,118 @@
+"""Evaluating a policy on held-out tasks with the core metrics, and a :class:`BatchAgent` over a policy.
+
+:func:`evaluate_policy` runs token-in/token-out rollouts (KV cache reused) and turns them into
+:class:`rlvr_gym.evaluation.EpisodeRecord` s summarised by :func:`rlvr_gym.evaluation.summarize`, so its
+pass@1 / pass@k mean exactly what ``rlvr-gym eval`` reports. :class:`PolicyAgent` is the other route: a
+``BatchAgent`` for :func:`rlvr_gym.evaluation.evaluate` (``rlvr-gym eval --agent <model dir or hub id>``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import rlvr_gym
+from rlvr_gym import Env, Failure, Task
+from rlvr_gym.evaluation import EpisodeRecord, summarize
+
+from rlvr_gym_agents.chat import ChatFormat
+from rlvr_gym_agents.policy import Policy, SamplingParams, TransformersPolicy
+from rlvr_gym_agents.rollout import Trajectory, run_episodes
+
+
+def trajectory_record(trajectory: Trajectory, sample: int, elapsed_s: float = 0.0,
+                      task_type: str | None = None) -> EpisodeRecord:
+    """The evaluation record of a trajectory (same fields as the harness fills from env infos)."""
+    failures = [f.to_dict() for f in trajectory.failures]
+    last_turn_failure = trajectory.turns[-1].failure if trajectory.turns else None
+    if trajectory.failures and (last_turn_failure is None or trajectory.failures[-1] is not last_turn_failure):
+        last_turn_failure = trajectory.failures[-1]  # an episode-level failure (overflow, crash) ended it
+    ended_by = last_turn_failure.kind.value if isinstance(last_turn_failure, Failure) else None
+    return EpisodeRecord(
+        task_id=trajectory.task_id, sample=sample, env_id=trajectory.env_id, reward=trajectory.reward,
+        success=trajectory.success, turns=len(trajectory.turns), terminated=trajectory.terminated,
+        truncated=trajectory.truncated, failure=ended_by, failures=failures,
+        actions=[t.action for t in trajectory.turns], elapsed_s=elapsed_s, task_type=task_type,
+    )
+
+
+def evaluate_policy(policy: Policy, chat: ChatFormat, tasks: Sequence[Task], k: int, sampling: SamplingParams, *,
+                    env_factory: Callable[..., Env] = rlvr_gym.make, max_turns: int | None = None,
+                    batch_size: int = 128) -> tuple[dict[str, Any], list[EpisodeRecord]]:
+    """Runs ``k`` episodes per task and summarises them.
+
+    Args:
+        policy / chat: what acts.
+        tasks: held-out tasks.
+        k: samples per task (k of pass@k).
+        sampling: temperature 0 for greedy.
+        batch_size: episodes run in lock-step at once.
+
+    Returns:
+        ``(metrics, records)``: :func:`rlvr_gym.evaluation.summarize` metrics and one record per episode.
+    """
+    jobs = [(task, sample) for task in tasks for sample in range(k)]
+    records: list[EpisodeRecord] = []
+    for start in range(0, len(jobs), batch_size):
+        chunk = jobs[start:start + batch_size]
+        began = time.monotonic()
+        trajectories = run_episodes(policy, chat, [t for t, _ in chunk], sampling, env_factory=env_factory,
+                                    max_turns=max_turns)
+        elapsed = (time.monotonic() - began) / max(1, len(chunk))
+        for (task, sample), trajectory in zip(chunk, trajectories):
+            records.append(trajectory_record(trajectory, sample, elapsed, task.metadata.get("task_type")))
+    return summarize(records, k), records
+
+
+class PolicyAgent:
+    """A :class:`rlvr_gym.evaluation.BatchAgent` backed by a policy, token-in/token-out per episode.
+
+    Each episode key keeps its own id context; the ids of a turn are the ids generated, and observations
+    are appended as ids, never re-encoding history.
+
+    Args:
+        policy: the policy.
+        chat: the chat format of its tokenizer.
+        sampling: sampling of every turn.
+    """
+
+    def __init__(self, policy: Policy, chat: ChatFormat, sampling: SamplingParams) -> None:
+        self.policy, self.chat, self.sampling = policy, chat, sampling
+        self.contexts: dict[str, list[int]] = {}
+        self.turn_ended: dict[str, bool] = {}
+
+    def act_batch(self, keys: list[str], observations: list[str], infos: list[dict[str, Any]]) -> list[str]:
+        """One action per key (see :class:`rlvr_gym.evaluation.BatchAgent`)."""
+        contexts = []
+        for key, observation in zip(keys, observations):
+            if key not in self.contexts:
+                self.contexts[key] = self.chat.prompt_ids(observation)
+            else:
+                self.contexts[key] += self.chat.observation_ids(observation, self.turn_ended[key])
+            contexts.append(self.contexts[key])
+        generations, _ = self.policy.generate(contexts, self.sampling)
+        actions = []
+        for key, generation in zip(keys, generations):
+            self.contexts[key] += generation.token_ids
+            self.turn_ended[key] = generation.finish_reason == "stop"
+            actions.append(self.chat.decode_action(generation.token_ids))
+        return actions
+
+    def end_episodes(self, keys: list[str]) -> None:
+        """Frees the contexts of ended episodes."""
+        for key in keys:
+            self.contexts.pop(key, None)
+            self.turn_ended.pop(key, None)
+
+
+def load_agent(spec: str, temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 32,
+               device: str = "cpu", system_prompt: str | None = None, seed: int = 0) -> PolicyAgent:
+    """A :class:`PolicyAgent` from a model directory or hub id (``rlvr-gym eval --agent SPEC``).
+
+    Raises:
+        FileNotFoundError: when a local model directory or its tokenizer is missing.
+    """
+    policy = TransformersPolicy.from_pretrained(spec, device=device, seed=seed)
+    sampling = SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
+    return PolicyAgent(policy, ChatFormat(policy.tokenizer, system_prompt=system_prompt), sampling)

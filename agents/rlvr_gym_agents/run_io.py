@@ -1,0 +1,155 @@
+"""What a training run writes: metrics (JSONL, TensorBoard), checkpoints, the learning-curve plot."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+
+class MetricsLogger:
+    """Appends one JSON object per record to ``metrics.jsonl``; mirrors scalars to TensorBoard if installed.
+
+    Args:
+        run_dir: the run directory.
+        tensorboard: try to open a TensorBoard writer.
+    """
+
+    def __init__(self, run_dir: Path, tensorboard: bool = True) -> None:
+        self.path = run_dir / "metrics.jsonl"
+        self.writer: Any = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self.writer = SummaryWriter(str(run_dir / "tensorboard"))
+            except ImportError:  # TensorBoard is optional
+                self.writer = None
+
+    def log(self, record: dict[str, Any]) -> None:
+        """Writes ``record`` (must hold ``phase`` and ``step``)."""
+        with self.path.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record, default=float) + "\n")
+        if self.writer is not None:
+            for key, value in record.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    self.writer.add_scalar(f"{record['phase']}/{key}", value, record["step"])
+
+    def read(self) -> list[dict[str, Any]]:
+        """All records so far."""
+        if not self.path.is_file():
+            return []
+        return [json.loads(line) for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+def rng_state(generator: torch.Generator) -> dict[str, Any]:
+    """Every random state a resumed run needs: Python, NumPy, torch and the sampler's generator."""
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+            "sampler": generator.get_state()}
+
+
+def set_rng_state(state: dict[str, Any], generator: torch.Generator) -> None:
+    """Inverse of :func:`rng_state`."""
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    generator.set_state(state["sampler"])
+
+
+def save_checkpoint(path: Path, model: torch.nn.Module, tokenizer: Any, optimizer: torch.optim.Optimizer,
+                    step: int, generator: torch.Generator, extra: dict[str, Any] | None = None) -> None:
+    """Writes ``path/`` as a loadable model directory plus ``trainer_state.pt`` (optimizer, step, RNG, extra).
+
+    The directory is written beside and renamed into place, so a crash never leaves half a checkpoint.
+    """
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(tmp)  # type: ignore[operator]
+    tokenizer.save_pretrained(tmp)
+    _pin_tokenizer_class(tmp)
+    torch.save({"optimizer": optimizer.state_dict(), "step": step, "rng": rng_state(generator),
+                "extra": extra or {}}, tmp / "trainer_state.pt")
+    if path.exists():
+        old = path.with_name(path.name + ".old")
+        path.rename(old)
+        tmp.rename(path)
+        _remove_tree(old)
+    else:
+        tmp.rename(path)
+
+
+def load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                    generator: torch.Generator) -> tuple[int, dict[str, Any]]:
+    """Restores model weights, optimizer, RNG states from ``path``; returns ``(step, extra)``.
+
+    Raises:
+        FileNotFoundError: when ``path`` has no ``trainer_state.pt``.
+    """
+    from safetensors.torch import load_file
+
+    state_file = path / "trainer_state.pt"
+    if not state_file.is_file():
+        raise FileNotFoundError(f"no checkpoint at {path} (expected {state_file})")
+    weights = load_file(str(path / "model.safetensors"))
+    model.load_state_dict(weights, strict=False)
+    if getattr(model.config, "tie_word_embeddings", False):
+        model.tie_weights()
+    state = torch.load(state_file, weights_only=False)
+    optimizer.load_state_dict(state["optimizer"])
+    set_rng_state(state["rng"], generator)
+    return int(state["step"]), dict(state["extra"])
+
+
+def _pin_tokenizer_class(folder: Path) -> None:
+    config_file = folder / "tokenizer_config.json"
+    if config_file.is_file():
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+        if config.get("tokenizer_class") in (None, "TokenizersBackend"):
+            config["tokenizer_class"] = "PreTrainedTokenizerFast"
+            config_file.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+
+
+def _remove_tree(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def plot_learning_curve(records: list[dict[str, Any]], out_file: Path) -> Path:
+    """Plots training reward/success per RL step and held-out pass@1 (sampled, greedy) at each evaluation.
+
+    Args:
+        records: the run's metrics records (``phase`` = ``rl`` or ``eval``).
+        out_file: the PNG to write.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rl = [r for r in records if r.get("phase") == "rl"]
+    evals = [r for r in records if r.get("phase") == "eval"]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    if rl:
+        ax.plot([r["step"] for r in rl], [r["success_rate"] for r in rl], alpha=0.5, label="train rollouts: success")
+    for key, style in (("pass@1_sampled", "o-"), ("pass@1_greedy", "s--")):
+        points = [(r["step"], r[key]) for r in evals if r.get(key) is not None]
+        if points:
+            ax.plot(*zip(*points), style, label=f"held-out {key}")
+    ax.set_xlabel("RL step")
+    ax.set_ylabel("success rate")
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(out_file, dpi=110)
+    plt.close(fig)
+    return out_file

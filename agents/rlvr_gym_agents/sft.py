@@ -1,0 +1,218 @@
+"""Warm start by behaviour cloning of oracle demonstrations with injected mistakes.
+
+Demonstrations: an expert (oracle) picks each action; with probability ``mistake_rate`` a random admissible
+action is taken instead and the expert recovers from the state it leads to. Mistakes stay in the context
+(the policy learns to recover) but out of the loss (it never learns to make them). This follows the
+calibration run in the pitfalls file: from a ~0% start GRPO has nothing to learn, so the warm start must
+give non-trivial *sampled* success; it is the fragile part, hence the loss threshold and a time cap.
+
+An expert is a callable ``(env) -> action`` reading the env's current state; ``"gold"`` replays the task's
+gold actions (no recovery, so it only works with ``mistake_rate=0``), ``"oracle"`` asks the env's
+``oracle_action()`` planner, and ``"module:function"`` names any
+importable expert (e.g. a text world's planner).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import math
+import random
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import rlvr_gym
+import torch
+import torch.nn.functional as F
+from rlvr_gym import Env, Task
+
+from rlvr_gym_agents.batching import pad_right
+from rlvr_gym_agents.chat import ChatFormat
+
+Expert = Callable[[Env], str]
+
+
+@dataclasses.dataclass
+class Demonstration:
+    """One demonstrated episode.
+
+    Attributes:
+        observations: ``observations[i]`` is what the agent saw before ``actions[i]``.
+        actions: the actions taken.
+        trained: per action, False for an injected mistake (kept in context, out of the loss).
+        success: whether the episode ended in success.
+    """
+
+    observations: list[str]
+    actions: list[str]
+    trained: list[bool]
+    success: bool
+
+
+def gold_expert(env: Env) -> str:
+    """Replays the task's gold actions in order (cannot recover from a mistake)."""
+    gold = getattr(env.task, "gold", None)
+    if not gold or env.turn >= len(gold):
+        raise ValueError(f"task {getattr(env.task, 'id', None)!r} has no gold action for turn {env.turn + 1}")
+    return str(gold[env.turn])
+
+
+def oracle_expert(env: Env) -> str:
+    """Asks the env's own planner (``env.oracle_action()``, e.g. the text world's), which replans from the
+    current state and so recovers from mistakes.
+
+    Raises:
+        TypeError: when the env has no ``oracle_action`` method.
+        ValueError: when the oracle has no action (the goal already holds).
+    """
+    oracle = getattr(env, "oracle_action", None)
+    if oracle is None:
+        raise TypeError(f"{type(env).__name__} has no oracle_action(); use sft.expert=gold or module:function")
+    action = oracle()
+    if action is None:
+        raise ValueError(f"the oracle has no action for task {getattr(env.task, 'id', None)!r} (goal already holds)")
+    return str(action)
+
+
+def load_expert(name: str) -> Expert:
+    """``"oracle"`` (the env's ``oracle_action()``), ``"gold"`` or ``"package.module:function"``.
+
+    Raises:
+        ValueError: on a name of neither form; ImportError / AttributeError when the target is missing.
+    """
+    if name == "gold":
+        return gold_expert
+    if name == "oracle":
+        return oracle_expert
+    module, sep, attr = name.partition(":")
+    if not sep:
+        raise ValueError(f"expert {name!r} must be 'gold' or 'package.module:function'")
+    return getattr(importlib.import_module(module), attr)  # type: ignore[no-any-return]
+
+
+def demonstrate(task: Task, expert: Expert, mistake_rate: float, rng: random.Random,
+                env_factory: Callable[..., Env] = rlvr_gym.make, max_turns: int | None = None) -> Demonstration:
+    """Runs one episode with ``expert`` and random admissible mistakes.
+
+    Args:
+        task: the task to run.
+        expert: picks the next action from the env's state.
+        mistake_rate: probability in [0, 1) of taking a random admissible action (other than the expert's).
+        rng: the random generator of mistakes.
+        env_factory: builds the env.
+        max_turns: overrides the env's turn limit.
+    """
+    env = env_factory(task.env_id) if max_turns is None else env_factory(task.env_id, max_turns=max_turns)
+    try:
+        observation, info = env.reset(options={"task": task})
+        demo = Demonstration([], [], [], False)
+        while True:
+            action, trained = expert(env), True
+            choices = [a for a in info.get("admissible_actions", []) if a != action]
+            if choices and rng.random() < mistake_rate:
+                action, trained = rng.choice(choices), False
+            demo.observations.append(observation)
+            demo.actions.append(action)
+            demo.trained.append(trained)
+            observation, _, terminated, truncated, info = env.step(action)
+            if terminated or truncated:
+                demo.success = bool(info.get("success", False))
+                demo.observations.append(observation)
+                return demo
+    finally:
+        env.close()
+
+
+def demonstration_ids(demo: Demonstration, chat: ChatFormat) -> tuple[list[int], list[int]]:
+    """Token ids of a demonstration and its loss mask (1 on the expert's action ids and end-of-turn id)."""
+    ids = chat.prompt_ids(demo.observations[0])
+    mask = [0] * len(ids)
+    for turn, (action, trained) in enumerate(zip(demo.actions, demo.trained)):
+        action_ids = chat.encode(action) + [chat.end_of_turn_id]
+        ids += action_ids
+        mask += [int(trained)] * len(action_ids)
+        if turn + 1 < len(demo.actions):
+            obs_ids = chat.observation_ids(demo.observations[turn + 1])
+            ids += obs_ids
+            mask += [0] * len(obs_ids)
+    return ids, mask
+
+
+def warmup_cosine(step: int, warmup_steps: int, total_steps: int) -> float:
+    """Learning-rate multiplier: linear warm-up to 1 over ``warmup_steps``, then cosine decay to 0.1 at
+    ``total_steps`` (Loshchilov & Hutter 2017, SGDR, without restarts)."""
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def behaviour_cloning(model: torch.nn.Module, examples: Sequence[tuple[list[int], list[int]]], *,
+                      episodes_per_batch: int, learning_rate: float, warmup_steps: int, max_steps: int,
+                      loss_threshold: float, max_time_s: float, seed: int = 0,
+                      on_step: Callable[[int, float], None] | None = None) -> dict[str, Any]:
+    """Trains ``model`` by next-token cross-entropy on the masked ids of ``examples``.
+
+    Stops at the first of: ``max_steps`` optimizer steps, ``max_time_s`` seconds, or an exponential moving
+    average (0.9) of the loss below ``loss_threshold`` nats/token.
+
+    Args:
+        model: the causal LM (trained in place).
+        examples: ``(ids, loss_mask)`` pairs from :func:`demonstration_ids`.
+        seed: seeds the batch order.
+        on_step: called with (step, loss) after each optimizer step.
+
+    Returns:
+        ``{"steps", "loss", "elapsed_s", "tokens_per_s", "stopped_by"}``.
+    """
+    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: warmup_cosine(s, warmup_steps, max_steps))
+    batches = _batches(examples, episodes_per_batch, seed)
+    model.train()
+    start, ema, tokens, stopped_by, step = time.monotonic(), None, 0, "max_steps", 0
+    for step in range(1, max_steps + 1):
+        ids, mask = next(batches)
+        loss = _cross_entropy(model, ids, mask)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        value = loss.item()
+        ema = value if ema is None else 0.9 * ema + 0.1 * value
+        tokens += int((ids != -1).sum())
+        if on_step is not None:
+            on_step(step, ema)
+        if step >= warmup_steps and ema < loss_threshold:
+            stopped_by = "loss_threshold"
+            break
+        if time.monotonic() - start > max_time_s:
+            stopped_by = "max_time_s"
+            break
+    elapsed = time.monotonic() - start
+    return {"steps": step, "loss": ema, "elapsed_s": elapsed, "tokens_per_s": tokens / max(elapsed, 1e-9),
+            "stopped_by": stopped_by}
+
+
+def _batches(examples: Sequence[tuple[list[int], list[int]]], size: int,
+             seed: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Endless shuffled batches of (ids (B, T) padded with -1, mask (B, T))."""
+    rng = random.Random(seed)
+    order: list[int] = []
+    while True:
+        if len(order) < size:
+            fresh = list(range(len(examples)))
+            rng.shuffle(fresh)
+            order += fresh
+        chosen, order = order[:size], order[size:]
+        yield (pad_right([examples[i][0] for i in chosen], -1, torch.long),
+               pad_right([examples[i][1] for i in chosen], 0, torch.long))
+
+
+def _cross_entropy(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross-entropy over positions whose target has mask 1. ``ids`` pads with -1."""
+    attention = (ids >= 0).long()
+    logits = model(input_ids=ids.clamp(min=0), attention_mask=attention, use_cache=False).logits[:, :-1]
+    targets = ids[:, 1:].masked_fill(mask[:, 1:] == 0, -100)
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1), ignore_index=-100)

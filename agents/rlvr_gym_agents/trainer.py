@@ -1,0 +1,217 @@
+"""The GRPO-family trainer on flat multi-turn rollouts. Read :func:`train` top to bottom.
+
+One RL step (Shao et al. 2024, DeepSeekMath §4; DAPO, Yu et al. 2025, for clip-higher, token-mean and
+dropping zero-variance groups):
+
+1. draw ``tasks_per_step`` training tasks; run ``group_size`` episodes of each at ``rollout.temperature``;
+2. one advantage per episode from its group's rewards (``advantages.group_advantages``), broadcast to the
+   episode's generated tokens (observation and prompt tokens have mask 0);
+3. optionally drop groups whose rewards are all equal (zero advantage);
+4. ``epochs`` x ``num_minibatches`` optimizer steps of the policy loss (``losses.policy_loss``: PPO-clip
+   with clip-higher, token-mean aggregation, optional KL to the reference model), gradients clipped;
+5. log metrics (JSONL, TensorBoard), evaluate every ``eval.every_steps``, checkpoint every
+   ``train.checkpoint_every`` (model, optimizer, step, RNG); resume from the last checkpoint.
+
+Before RL the policy is built (or loaded), warm-started by behaviour cloning (:mod:`rlvr_gym_agents.sft`)
+and evaluated on held-out tasks; after RL it is evaluated again, both evaluations are printed side by side
+and the learning curve is written to ``learning_curve.png``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from rlvr_gym import Task
+
+from rlvr_gym_agents.advantages import broadcast_to_tokens, group_advantages, nonzero_variance_groups
+from rlvr_gym_agents.batching import pad_right, token_logprobs
+from rlvr_gym_agents.config import TrainConfig, to_dict
+from rlvr_gym_agents.losses import batch_stats, policy_loss
+from rlvr_gym_agents.policy import SamplingParams
+from rlvr_gym_agents.rollout import Trajectory, run_episodes
+from rlvr_gym_agents.run_io import MetricsLogger, load_checkpoint, plot_learning_curve, save_checkpoint
+from rlvr_gym_agents.stages import build_policy, evaluate_both, load_task_sources, warm_start
+from rlvr_gym_agents.console import Console
+
+
+def train(config: TrainConfig) -> dict[str, Any]:
+    """Runs a whole recipe: build/load the policy, SFT warm start, evaluate, GRPO, evaluate, plot.
+
+    Returns:
+        ``{"before": metrics, "after": metrics, "run_dir": str, "elapsed_s": float}``.
+    """
+    began = time.monotonic()
+    run_dir = Path(config.output.dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.json").write_text(json.dumps(to_dict(config), indent=2) + "\n", encoding="utf-8")
+    _seed_everything(config.seed, config.model.num_threads)
+    console = Console(config.output.progress)
+    logger = MetricsLogger(run_dir, config.output.tensorboard)
+    train_tasks, test_tasks = load_task_sources(config)
+    policy, chat = build_policy(config, run_dir, train_tasks, test_tasks, console)
+    model = policy.model
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.train.learning_rate,
+                                  weight_decay=config.train.weight_decay)
+    checkpoint_dir = run_dir / "checkpoint"
+    start_step, state = 0, {}
+    if config.train.resume and (checkpoint_dir / "trainer_state.pt").is_file():
+        start_step, state = load_checkpoint(checkpoint_dir, model, optimizer, policy.generator)
+        console.note(f"resumed from {checkpoint_dir} at RL step {start_step}")
+    else:
+        if config.sft.enabled:
+            state["sft"] = warm_start(config, model, chat, train_tasks, console)
+            logger.log({"phase": "sft", "step": 0, **state["sft"]})
+        state["before"] = evaluate_both(config, policy, chat, test_tasks, console, "before RL")
+        logger.log({"phase": "eval", "step": 0, **_eval_scalars(state["before"])})
+        save_checkpoint(checkpoint_dir, model, policy.tokenizer, optimizer, 0, policy.generator, state)
+    ref_model = copy.deepcopy(model).eval() if config.algorithm.loss.kl_coef > 0 else None
+    sampling = SamplingParams(config.rollout.temperature, config.rollout.top_p, config.rollout.max_new_tokens)
+    rl_began = time.monotonic()
+
+    for step in range(start_step + 1, config.train.num_steps + 1):
+        step_began = time.monotonic()
+        # 1. Tasks and rollouts: group_size episodes per task.
+        tasks = draw_tasks(train_tasks, config, step)
+        batch = [task for task in tasks for _ in range(config.train.group_size)]
+        trajectories = run_episodes(policy, chat, batch, sampling, reuse_kv_cache=config.rollout.reuse_kv_cache,
+                                    max_turns=config.env.max_turns)
+        rollout_s = time.monotonic() - step_began
+        # 2. Group advantages, 3. dropping zero-variance groups.
+        rewards = torch.tensor([t.reward for t in trajectories], dtype=torch.float32)
+        groups = torch.arange(len(tasks)).repeat_interleave(config.train.group_size)
+        for trajectory, group in zip(trajectories, groups.tolist()):
+            trajectory.group = group
+        advantages = group_advantages(rewards, groups, config.algorithm.estimator)
+        keep = (nonzero_variance_groups(rewards, groups) if config.algorithm.drop_zero_variance_groups
+                else torch.ones_like(rewards, dtype=torch.bool))
+        kept = [t for t, k in zip(trajectories, keep.tolist()) if k]
+        # 4. Policy update.
+        update = (ppo_update(model, optimizer, kept, advantages[keep], config, ref_model, policy.pad_token_id)
+                  if kept else {})
+        # 5. Log, evaluate, checkpoint.
+        record = {"phase": "rl", "step": step, **rollout_metrics(trajectories), **update,
+                  "groups_kept": int(keep.sum()) // config.train.group_size, "rollout_s": rollout_s,
+                  "step_s": time.monotonic() - step_began}
+        logger.log(record)
+        console.step(step, config.train.num_steps, record)
+        if config.eval.every_steps and step % config.eval.every_steps == 0 and step < config.train.num_steps:
+            logger.log({"phase": "eval", "step": step,
+                        **_eval_scalars(evaluate_both(config, policy, chat, test_tasks, console, f"step {step}"))})
+        out_of_time = config.train.max_time_s is not None and time.monotonic() - rl_began > config.train.max_time_s
+        if out_of_time or (config.train.checkpoint_every and step % config.train.checkpoint_every == 0):
+            save_checkpoint(checkpoint_dir, model, policy.tokenizer, optimizer, step, policy.generator, state)
+        if out_of_time:
+            console.note(f"RL stopped by train.max_time_s={config.train.max_time_s} after step {step}")
+            break
+
+    state["after"] = evaluate_both(config, policy, chat, test_tasks, console, "after RL")
+    last_step = max([start_step] + [r["step"] for r in logger.read() if r["phase"] == "rl"])
+    logger.log({"phase": "eval", "step": last_step, **_eval_scalars(state["after"])})
+    save_checkpoint(checkpoint_dir, model, policy.tokenizer, optimizer, last_step, policy.generator, state)
+    plot_learning_curve(logger.read(), run_dir / "learning_curve.png")
+    summary = {"before": state["before"], "after": state["after"], "run_dir": str(run_dir),
+               "elapsed_s": time.monotonic() - began}
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=float) + "\n", encoding="utf-8")
+    console.side_by_side(state["before"], state["after"], run_dir)
+    logger.close()
+    return summary
+
+
+def draw_tasks(train_tasks: list[Task] | None, config: TrainConfig, step: int) -> list[Task]:
+    """The training tasks of one RL step, a pure function of (seed, step) so a resumed run draws the same.
+
+    From ``train_tasks`` when given (without replacement within a step), else fresh seeded tasks of
+    ``env.env_id`` (seeds from 1,000,000 up, away from suite seeds).
+    """
+    rng = random.Random(config.seed * 1_000_003 + step)
+    count = config.train.tasks_per_step
+    if train_tasks:
+        return rng.sample(train_tasks, min(count, len(train_tasks)))
+    seeds = [1_000_000 + rng.randrange(10**9) for _ in range(count)]
+    return [Task(id=f"train-{s}", env_id=config.env.env_id, options={"seed": s}) for s in seeds]
+
+
+def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, trajectories: list[Trajectory],
+               advantages: torch.Tensor, config: TrainConfig, ref_model: torch.nn.Module | None,
+               pad_token_id: int) -> dict[str, float]:
+    """``epochs`` x ``num_minibatches`` clipped policy-gradient steps on a batch of trajectories.
+
+    Args:
+        trajectories: B trajectories; advantages: (B,) one per trajectory.
+        ref_model: the frozen reference policy for the KL term (None when ``kl_coef == 0``).
+
+    Returns:
+        Means over the optimizer steps of the loss metrics, plus ``grad_norm`` and ``tokens_per_s``.
+    """
+    algorithm, loss_config = config.algorithm, config.algorithm.loss
+    ids = pad_right([t.token_ids for t in trajectories], pad_token_id, torch.long)
+    attention = pad_right([[1] * len(t.token_ids) for t in trajectories], 0, torch.long)
+    mask = pad_right([t.loss_mask for t in trajectories], 0, torch.long)
+    old_logp = pad_right([t.logps for t in trajectories], 0.0, torch.float32)
+    token_adv = broadcast_to_tokens(advantages, mask)
+    ref_logp = None
+    if ref_model is not None:
+        with torch.no_grad():
+            ref_logp, _ = token_logprobs(ref_model, ids, attention, config.rollout.temperature)
+    needs_entropy = (loss_config.entropy_coef > 0 or loss_config.entropy_advantage_weight > 0
+                     or loss_config.top_entropy_quantile < 1.0)
+    model.train()
+    history: list[dict[str, float]] = []
+    began, tokens = time.monotonic(), 0
+    for _ in range(algorithm.epochs):
+        order = torch.randperm(len(trajectories))
+        for rows in order.chunk(min(algorithm.num_minibatches, len(trajectories))):
+            logp, entropy = token_logprobs(model, ids[rows], attention[rows], config.rollout.temperature,
+                                           with_entropy=needs_entropy)
+            loss, metrics = policy_loss(
+                logp, old_logp[rows], token_adv[rows], mask[rows], loss_config,
+                ref_logp=ref_logp[rows] if ref_logp is not None else None, entropy=entropy,
+                stats=batch_stats(mask[rows], entropy, loss_config.top_entropy_quantile),
+            )
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            metrics["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(model.parameters(), config.train.max_grad_norm))
+            optimizer.step()
+            metrics["loss"] = float(loss.detach())
+            history.append(metrics)
+            tokens += int(attention[rows].sum())
+    means = {key: float(np.mean([h[key] for h in history if key in h])) for key in history[0]}
+    means["train_tokens_per_s"] = tokens / max(time.monotonic() - began, 1e-9)
+    return means
+
+
+def rollout_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
+    """Mean reward, success rate, turns, generated tokens, entropy and failure rates of a batch."""
+    generated = sum(t.num_generated_tokens for t in trajectories)
+    entropy = sum(sum(e for e, m in zip(t.entropies, t.loss_mask) if m) for t in trajectories)
+    failures: dict[str, int] = {}
+    for trajectory in trajectories:
+        for failure in trajectory.failures:
+            failures[failure.kind.value] = failures.get(failure.kind.value, 0) + 1
+    metrics = {
+        "reward_mean": float(np.mean([t.reward for t in trajectories])),
+        "success_rate": float(np.mean([t.success for t in trajectories])),
+        "turns_mean": float(np.mean([len(t.turns) for t in trajectories])),
+        "tokens_mean": float(np.mean([len(t.token_ids) for t in trajectories])),
+        "rollout_entropy": entropy / max(generated, 1),
+    }
+    metrics.update({f"failures/{kind}": count / len(trajectories) for kind, count in sorted(failures.items())})
+    return metrics
+
+
+def _eval_scalars(result: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in result.items() if isinstance(value, (int, float)) or value is None}
+
+
+def _seed_everything(seed: int, num_threads: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    torch.set_num_threads(max(1, num_threads))
