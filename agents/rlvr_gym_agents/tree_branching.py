@@ -1,0 +1,145 @@
+"""Entropy-balanced branching decisions (ARPO + AEPO) as pure functions.
+
+Specification: ``shared/reference/algorithms.md`` §1, §2, §8.1. A tree rollout starts ``m`` global samples
+from the task prompt and spends the rest of its budget of ``n`` leaves on branches at turn boundaries: after
+an observation, a path whose next turn starts with higher entropy than the path's first turn is more
+likely to be split, and a path that just branched is less likely to branch again.
+
+- Segment entropy: mean full-distribution entropy (nats) of the first ``k`` generated tokens of a turn
+  (ARPO's code sums a top-10 truncated entropy over <= 20 tokens divided by log|V|, which depends on the
+  segment length; we take the per-token mean of the exact entropy, as the spec recommends).
+- P_branch = clip((alpha + w * dH) * (1 - lambda * l), 0, 1), dH = H_t - H_init (spec §8.1 item 3).
+- Budget split (AEPO pre-monitoring): m = clip(floor(n * sigmoid(beta * (H_root - mean H_tool))) + 1, 1, n).
+
+Reference-code bugs fixed here and in :mod:`rlvr_gym_agents.tree_sampler` (algorithms.md §1.5, §2.5):
+
+1. Stale H_init: ARPO keeps the initial-entropy dict on the rollout worker forever and re-numbers slots each
+   call, so from the second step on dH compares against another prompt. :class:`BranchState` is created per
+   sampler call and keyed by path, never reused.
+2. One-step lag: ARPO decides after observation t from the entropy of the segment that *ended* at t. The
+   sampler first generates the next turn of the path (which it keeps), and decides whether to branch at the
+   boundary *before* that turn from its first k tokens, i.e. the entropy after observation t.
+3. Children's H_init: ARPO re-initialises it from the child's first post-branch segment; a child inherits
+   its parent's H_init here (the spec's recommendation).
+4. Per-prompt consecutive-branch counter: AEPO counts per prompt and counts refills as branches; ``l`` is
+   per path here and only branching increments it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+
+def segment_entropy(entropies: Sequence[float], num_tokens: int = 20) -> float:
+    """Mean entropy (nats) of the first ``num_tokens`` tokens of a segment; 0.0 for an empty segment.
+
+    Args:
+        entropies: per-token entropies of the full next-token distribution, in generation order.
+        num_tokens: k, the probe window (ARPO/AEPO: 20).
+
+    Raises:
+        ValueError: num_tokens < 1.
+    """
+    if num_tokens < 1:
+        raise ValueError(f"num_tokens must be >= 1, got {num_tokens}")
+    window = list(entropies[:num_tokens])
+    return sum(window) / len(window) if window else 0.0
+
+
+def branch_probability(
+    delta_entropy: float,
+    consecutive_branches: int,
+    alpha: float = 0.5,
+    entropy_weight: float = 0.2,
+    consecutive_penalty: float = 0.05,
+) -> float:
+    """P_branch = clip((alpha + w * dH) * (1 - lambda * l), 0, 1).
+
+    Args:
+        delta_entropy: dH = H_t - H_init, nats.
+        consecutive_branches: l >= 0, branchings in a row on this path just before this boundary.
+        alpha: base probability (ARPO's ``branch_probability`` 0.5).
+        entropy_weight: w (ARPO/AEPO scripts 0.2; paper sweep best about 0.4). Per nat of entropy here.
+        consecutive_penalty: lambda (AEPO 0.05); P = 0 once l >= 1 / lambda.
+
+    Returns:
+        A probability in [0, 1], non-decreasing in dH (for w >= 0) and non-increasing in l.
+    """
+    if consecutive_branches < 0:
+        raise ValueError(f"consecutive_branches must be >= 0, got {consecutive_branches}")
+    damping = max(0.0, 1.0 - consecutive_penalty * consecutive_branches)
+    return min(1.0, max(0.0, (alpha + entropy_weight * delta_entropy) * damping))
+
+
+def global_sample_count(num_leaves: int, root_entropy: float, mean_turn_entropy: float, beta: float = 0.5) -> int:
+    """AEPO entropy pre-monitoring: how many of ``num_leaves`` to start from the prompt.
+
+    m = clip(floor(n * sigmoid(beta * (H_root - mean H_tool))) + 1, 1, n): the more uncertain the first turn
+    is relative to turns after observations, the more of the budget goes to global samples.
+
+    Returns:
+        m in [1, n]; m = floor(n / 2) + 1 when the entropies are equal.
+    """
+    if num_leaves < 1:
+        raise ValueError(f"num_leaves must be >= 1, got {num_leaves}")
+    share = 1.0 / (1.0 + math.exp(-beta * (root_entropy - mean_turn_entropy)))
+    return min(num_leaves, max(1, math.floor(num_leaves * share) + 1))
+
+
+@dataclass
+class BranchConfig:
+    """Branching hyper-parameters (a tree recipe's ``rollout.tree`` section)."""
+
+    alpha: float = 0.5
+    """Base branch probability."""
+    entropy_weight: float = 0.2
+    """w: probability added per nat of entropy increase."""
+    consecutive_penalty: float = 0.05
+    """lambda: multiplicative penalty per consecutive branching on a path."""
+    probe_tokens: int = 20
+    """k: tokens at the start of a turn whose mean entropy is the turn's entropy."""
+    max_children_per_boundary: int = 1
+    """Children created at one boundary when the decision is positive (ARPO beam_size - 1)."""
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.alpha <= 1.0 or self.consecutive_penalty < 0 or self.probe_tokens < 1:
+            raise ValueError("need 0 <= alpha <= 1, consecutive_penalty >= 0 and probe_tokens >= 1")
+        if self.max_children_per_boundary < 1:
+            raise ValueError(f"max_children_per_boundary must be >= 1, got {self.max_children_per_boundary}")
+
+
+@dataclass
+class BranchState:
+    """Per-call branching state: H_init and the consecutive-branch count l of every path.
+
+    Create one per sampler call (never reuse across calls: the ARPO stale-H_init bug).
+    """
+
+    initial_entropy: dict[int, float] = field(default_factory=dict)
+    consecutive: dict[int, int] = field(default_factory=dict)
+
+    def start_path(self, path: int, first_turn_entropy: float) -> None:
+        """A global sample: H_init is the entropy of its first turn, l = 0."""
+        self.initial_entropy[path] = first_turn_entropy
+        self.consecutive[path] = 0
+
+    def decide(self, path: int, turn_entropy: float, uniform: float, config: BranchConfig) -> bool:
+        """Whether to branch ``path`` at the boundary before a turn whose probe entropy is ``turn_entropy``.
+
+        ``uniform`` is a draw from U(0, 1) supplied by the caller (the sampler's seeded generator). Updates l:
+        +1 after a branching, reset to 0 otherwise.
+        """
+        delta = turn_entropy - self.initial_entropy[path]
+        p = branch_probability(
+            delta, self.consecutive[path], config.alpha, config.entropy_weight, config.consecutive_penalty
+        )
+        branch = uniform < p
+        self.consecutive[path] = self.consecutive[path] + 1 if branch else 0
+        return branch
+
+    def fork_path(self, parent: int, child: int) -> None:
+        """A child inherits its parent's H_init and (already incremented) consecutive count."""
+        self.initial_entropy[child] = self.initial_entropy[parent]
+        self.consecutive[child] = self.consecutive[parent]

@@ -1,0 +1,72 @@
+"""Branching decisions on hand-made entropies (algorithms.md §9 properties 23-25)."""
+
+from __future__ import annotations
+
+import pytest
+from rlvr_gym_agents.tree_branching import (
+    BranchConfig,
+    BranchState,
+    branch_probability,
+    global_sample_count,
+    segment_entropy,
+)
+
+
+def test_segment_entropy_is_mean_of_first_k() -> None:
+    assert segment_entropy([1.0, 3.0, 100.0], num_tokens=2) == pytest.approx(2.0)
+    assert segment_entropy([0.5], num_tokens=20) == pytest.approx(0.5)
+    assert segment_entropy([], num_tokens=20) == 0.0
+    with pytest.raises(ValueError):
+        segment_entropy([1.0], num_tokens=0)
+
+
+def test_branch_probability_hand_computed() -> None:
+    assert branch_probability(0.0, 0) == pytest.approx(0.5)
+    assert branch_probability(1.0, 0) == pytest.approx(0.7)
+    assert branch_probability(1.0, 2) == pytest.approx(0.7 * 0.9)
+    assert branch_probability(-10.0, 0) == 0.0
+    assert branch_probability(10.0, 0) == 1.0
+    assert branch_probability(0.3, 0, entropy_weight=0.0) == pytest.approx(0.5)  # w = 0, l = 0 -> alpha
+    assert branch_probability(5.0, 20) == 0.0  # l >= 1 / lambda -> never
+    with pytest.raises(ValueError):
+        branch_probability(0.0, -1)
+
+
+def test_branch_probability_monotone() -> None:
+    deltas = [x / 4 for x in range(-12, 13)]
+    for l in range(25):
+        probs = [branch_probability(d, l) for d in deltas]
+        assert probs == sorted(probs)
+    for d in deltas:
+        probs = [branch_probability(d, l) for l in range(25)]
+        assert probs == sorted(probs, reverse=True)
+
+
+def test_global_sample_count() -> None:
+    assert global_sample_count(8, 1.0, 1.0) == 5  # floor(8 * 0.5) + 1
+    assert global_sample_count(8, 100.0, 0.0) == 8
+    assert global_sample_count(8, -100.0, 0.0) == 1
+    values = [global_sample_count(16, d / 2, 0.0) for d in range(-20, 21)]
+    assert values == sorted(values) and all(1 <= v <= 16 for v in values)
+
+
+def test_branch_state_uses_initial_entropy_and_counts_consecutive() -> None:
+    config = BranchConfig()
+    state = BranchState()
+    state.start_path(0, first_turn_entropy=1.0)
+    # dH = 0.5 -> p = 0.6: u = 0.59 branches, then l = 1 -> p = 0.6 * 0.95 = 0.57: u = 0.58 does not
+    assert state.decide(0, 1.5, uniform=0.59, config=config)
+    state.fork_path(0, 1)
+    assert state.initial_entropy[1] == 1.0 and state.consecutive[1] == 1
+    assert not state.decide(0, 1.5, uniform=0.58, config=config)
+    assert state.consecutive[0] == 0
+    assert state.decide(1, 1.5, uniform=0.56, config=config)  # child keeps l = 1 -> p = 0.57
+    assert state.consecutive[1] == 2
+
+
+def test_branch_state_is_fresh_per_call() -> None:
+    first, second = BranchState(), BranchState()
+    first.start_path(0, 3.0)
+    assert 0 not in second.initial_entropy  # no class-level sharing (ARPO's stale H_init)
+    with pytest.raises(KeyError):
+        second.decide(0, 1.0, 0.1, BranchConfig())
