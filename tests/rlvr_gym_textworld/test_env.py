@@ -1,0 +1,138 @@
+"""The registered envs: reset/step contract, seeding, forking, truncation, admissible-action listing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from rlvr_gym_textworld import ALFWorldEnv, generate_tasks, oracle_plan
+
+import rlvr_gym
+from rlvr_gym.failures import FailureKind
+from rlvr_gym.tasks import Task
+
+ENV_IDS = ["textworld/ALFWorld-Easy-v0", "textworld/ALFWorld-v0", "textworld/ALFWorld-Hard-v0"]
+
+
+@pytest.mark.parametrize(("env_id", "max_turns"), list(zip(ENV_IDS, [12, 30, 50])))
+def test_registered_with_turn_limit_and_default_suite(env_id: str, max_turns: int) -> None:
+    spec = rlvr_gym.spec(env_id)
+    env = rlvr_gym.make(env_id)
+    assert isinstance(env, ALFWorldEnv) and env.max_turns == max_turns
+    assert spec.description and spec.default_suite is not None
+    assert len(rlvr_gym.load_suite(spec.default_suite)) > 0
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_gold_earns_one_and_wrong_earns_zero(env_id: str) -> None:
+    for task in generate_tasks(env_id, "dev", 12):
+        for actions, expected in ((task.gold, 1.0), (task.wrong, 0.0)):
+            env = rlvr_gym.make(env_id)
+            obs, info = env.reset(options={"task": task})
+            assert task.data["goal_text"] in obs and info["task_id"] == task.id
+            total = 0.0
+            for action in actions or []:
+                obs, reward, terminated, truncated, info = env.step(action)
+                assert "failure" not in info, (action, obs)
+                total += reward
+                if terminated or truncated:
+                    break
+            assert total == expected
+            if expected == 1.0:
+                assert terminated and info["success"] is True and info["reward_details"]["value"] == 1.0
+
+
+def test_task_seed_decides_the_world_whatever_the_reset_seed() -> None:
+    task = generate_tasks("textworld/ALFWorld-v0", "train", 1)[0]
+    env = rlvr_gym.make("textworld/ALFWorld-v0")
+    obs_a, _ = env.reset(seed=1, options={"task": task})
+    obs_b, _ = env.reset(seed=2, options={"task": task})
+    assert obs_a == obs_b
+
+
+def test_reset_without_task_is_seeded_by_the_reset_seed() -> None:
+    env = rlvr_gym.make("textworld/ALFWorld-Hard-v0")
+    first = [env.reset(seed=3)[0], env.step("look").observation]
+    second = [env.reset(seed=3)[0], env.step("look").observation]
+    assert first == second
+    assert env.reset(seed=4)[0] != first[0]
+    plan = oracle_plan(env.world_state)
+    results = [env.step(a) for a in plan]
+    assert results[-1].terminated and results[-1].reward == 1.0
+
+
+def test_same_seed_same_trajectory() -> None:
+    rng = np.random.default_rng(0)
+    env_a, env_b = rlvr_gym.make("textworld/ALFWorld-v0"), rlvr_gym.make("textworld/ALFWorld-v0")
+    obs_a, info_a = env_a.reset(seed=11)
+    obs_b, _ = env_b.reset(seed=11)
+    assert obs_a == obs_b
+    for _ in range(25):
+        action = info_a["admissible_actions"][int(rng.integers(len(info_a["admissible_actions"])))]
+        step_a, step_b = env_a.step(action), env_b.step(action)
+        assert step_a[:4] == step_b[:4]
+        info_a = step_a.info
+        if step_a.terminated or step_a.truncated:
+            break
+
+
+def test_fork_is_equivalent_and_independent() -> None:
+    env = rlvr_gym.make("textworld/ALFWorld-Hard-v0")
+    env.reset(seed=5)
+    plan = oracle_plan(env.world_state)
+    for action in plan[:2]:
+        env.step(action)
+    before = (env.world_state.copy(), list(env.action_history), env.turn)
+    for fork in (env.fork(), env.fork_by_deepcopy()):
+        replica = env.fork()
+        for action in plan[2:]:
+            assert fork.step(action)[:4] == replica.step(action)[:4]
+        assert fork.world_state == replica.world_state and fork.turn == env.turn + len(plan) - 2
+    assert (env.world_state, env.action_history, env.turn) == before
+    last = None
+    for action in plan[2:]:
+        last = env.step(action)
+    assert last is not None and last.terminated and last.reward == 1.0
+
+
+def test_invalid_action_is_observation_and_typed_failure() -> None:
+    env = rlvr_gym.make("textworld/ALFWorld-Easy-v0")
+    env.reset(seed=0)
+    obs, reward, terminated, truncated, info = env.step("grab the apple")
+    assert obs.startswith("Unknown command 'grab'.") and reward == 0.0 and not (terminated or truncated)
+    assert info["failure"].kind is FailureKind.PARSE_ERROR
+    obs, *_, info = env.step("take apple 1 from fridge 1")
+    assert info["failure"].kind is FailureKind.INVALID_ACTION
+
+
+def test_turn_limit_truncates_with_reward_details() -> None:
+    env = rlvr_gym.make("textworld/ALFWorld-Easy-v0", max_turns=3)
+    env.reset(seed=0)
+    results = [env.step("look") for _ in range(3)]
+    assert [r.truncated for r in results] == [False, False, True]
+    assert results[-1].info["failure"].kind is FailureKind.TURN_LIMIT
+    assert results[-1].info["success"] is False and results[-1].info["reward_details"]["value"] == 0.0
+
+
+def test_admissible_actions_in_info_and_optionally_in_observation() -> None:
+    plain = rlvr_gym.make("textworld/ALFWorld-Easy-v0")
+    listed = rlvr_gym.make("textworld/ALFWorld-Easy-v0", list_admissible=True)
+    obs_plain, info = plain.reset(seed=2)
+    obs_listed, _ = listed.reset(seed=2)
+    actions = info["admissible_actions"]
+    assert actions == sorted(actions) and "look" in actions
+    assert "Admissible actions" not in obs_plain
+    assert obs_listed == f"{obs_plain}\nAdmissible actions: {', '.join(actions)}."
+
+
+def test_task_dict_is_accepted_and_bad_options_raise() -> None:
+    task = generate_tasks("textworld/ALFWorld-Easy-v0", "train", 1)[0]
+    env = rlvr_gym.make("textworld/ALFWorld-Easy-v0")
+    assert env.reset(options={"task": task.model_dump()})[0] == env.reset(options={"task": task})[0]
+    bad = Task(id="bad", env_id=task.env_id, options={"seed": 1, "layout": "kitchen-99"})
+    with pytest.raises(ValueError, match="unknown room template"):
+        env.reset(options={"task": bad})
+
+
+def test_world_state_before_reset_raises() -> None:
+    with pytest.raises(RuntimeError, match="reset"):
+        _ = ALFWorldEnv().world_state
