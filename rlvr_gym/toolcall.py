@@ -51,7 +51,17 @@ _FORMAT_HELP = (
 
 
 class ToolError(Exception):
-    """Raised by a tool function for an error the agent should see (bad semantics, not found, ...)."""
+    """Raised by a tool function for an error the agent should see (bad semantics, not found, ...).
+
+    Args:
+        message: shown to the agent as ``Error: <message>``.
+        kind: the failure kind recorded in ``info["failure"]``; ``TOOL_ERROR`` by default, ``TIMEOUT`` or
+            ``SANDBOX_ERROR`` for tools that run code.
+    """
+
+    def __init__(self, message: str, kind: FailureKind = FailureKind.TOOL_ERROR) -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 @dataclasses.dataclass(frozen=True)
@@ -400,7 +410,7 @@ class ToolEnv(Env):
         try:
             return str(tool.function(**call.arguments)), None
         except ToolError as error:
-            return f"Error: {error}", Failure(FailureKind.TOOL_ERROR, str(error), {"tool": call.name})
+            return f"Error: {error}", Failure(error.kind, str(error), {"tool": call.name})
 
     def _finish(self, result: RewardResult, tool_calls: int, invalid: int = 0) -> StepResult:
         """Ends the episode with ``result``."""

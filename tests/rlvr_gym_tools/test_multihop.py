@@ -1,0 +1,109 @@
+"""tools/MultiHopQA-v0: knowledge bases, questions, tools, the oracle and the shipped suites."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from rlvr_gym_tools.kb import KBConfig, build_kb, read_attribute, read_relation
+from rlvr_gym_tools.multihop import MultiHopOracle, MultiHopQAEnv, generate_task_data
+from rlvr_gym_tools.suites import multihop_task, run_oracle
+
+import rlvr_gym
+from rlvr_gym import FailureKind, load_suite
+
+
+def test_kb_is_seeded_and_documents_state_every_fact() -> None:
+    kb, again, other = build_kb(5), build_kb(5, KBConfig()), build_kb(6)
+    assert kb is again and kb.documents != other.documents
+    assert len(kb.types) == 10 + 5 + 6 + 3 + 4
+    for (subject, relation), obj in kb.relations.items():
+        assert read_relation(kb.documents[subject], subject, relation) == obj
+    for (subject, attribute), value in kb.attributes.items():
+        assert read_attribute(kb.documents[subject], subject, attribute) == value
+
+
+def test_kb_search_and_lookup() -> None:
+    kb = build_kb(5)
+    person = kb.entities("person")[0]
+    assert kb.search(person)[0] == person
+    assert kb.search("qqqq zzzz") == []
+    assert kb.lookup(person.upper()) == kb.documents[person]
+    assert kb.lookup("Nobody Here") is None
+
+
+def test_generated_data_is_a_pure_function_of_its_arguments() -> None:
+    assert generate_task_data(3, 2, "entity") == generate_task_data(3, 2, "entity")
+    assert generate_task_data(3, 2, "entity") != generate_task_data(4, 2, "entity")
+    data = generate_task_data(11, 3, "arithmetic")
+    assert len(data["plan"]["chains"]) == 2 and data["plan"]["op"] in "+-"
+    with pytest.raises(ValueError, match="kind"):
+        generate_task_data(1, 2, "poem")
+
+
+def test_tools_respond_and_report_errors() -> None:
+    env = rlvr_gym.make("tools/MultiHopQA-v0")
+    task = multihop_task(0, "test", 2, "entity")
+    obs, info = env.reset(options={"task": task})
+    assert task.data["question"] in obs
+    assert [t["function"]["name"] for t in info["tools"]] == ["search", "lookup", "calculator", "python"]
+    start = task.data["plan"]["chains"][0]["start"]
+    obs, *_ = env.step(f'search(query="{start}", k=2)')
+    assert obs.count(" is a ") >= 1 and start in obs
+    obs, _, _, _, info = env.step('lookup(entity="Nobody Here")')
+    assert "no entity named 'Nobody Here'" in obs and info["failure"].kind is FailureKind.TOOL_ERROR
+    obs, _, _, _, info = env.step('search(query="x", k=9)')
+    assert info["failure"].kind is FailureKind.INVALID_ACTION and "9 is greater than the maximum of 5" in obs
+    obs, *_ = env.step('calculator(expression="(2 + 3) * 4")')
+    assert "\n20\n" in obs
+
+
+def test_gold_and_wrong_on_the_shipped_test_suite() -> None:
+    suite = load_suite("tools/multihop_test")
+    assert len(suite) >= 100
+    env = rlvr_gym.make("tools/MultiHopQA-v0")
+    for task in list(suite)[:30]:
+        for actions, expected in ((task.gold, 1.0), (task.wrong, 0.0)):
+            env.reset(options={"task": task})
+            total = sum(env.step(a).reward for a in actions)
+            assert total == expected, task.id
+
+
+def test_oracle_solves_500_generated_tasks_quickly() -> None:
+    env, oracle = MultiHopQAEnv(enable_python=False), MultiHopOracle()
+    start, solved = time.perf_counter(), 0
+    kinds = ("entity", "attribute", "arithmetic")
+    for i in range(500):
+        task = multihop_task(10_000 + i, "train", 1 + i % 4, kinds[i % 3], KBConfig(num_distractors=i % 6))
+        _, total = run_oracle(env, oracle, task)
+        solved += total == 1.0
+    elapsed = time.perf_counter() - start
+    assert solved == 500
+    assert elapsed < 60, f"500 oracle episodes took {elapsed:.1f} s"
+
+
+def test_seeded_episodes_without_a_task_are_deterministic_and_forkable() -> None:
+    env = MultiHopQAEnv(hops=3, question_kinds=("attribute",))
+    first, _ = env.reset(seed=7)
+    second, _ = MultiHopQAEnv(hops=3, question_kinds=("attribute",)).reset(seed=7)
+    assert (
+        first == second
+        and "birth year" in first
+        or "founding year" in first
+        or "population" in first
+        or "area" in first
+    )
+    env.step('lookup(entity="x")')
+    child = env.fork()
+    assert child.kb is env.kb  # the knowledge base is shared, not copied
+    assert child.step(f"<answer>{env.answer}</answer>").reward == 1.0
+    assert env.step("<answer>wrong</answer>").reward == 0.0
+
+
+def test_bad_knobs() -> None:
+    with pytest.raises(ValueError, match="hops"):
+        MultiHopQAEnv(hops=0)
+    with pytest.raises(ValueError, match="question_kinds"):
+        MultiHopQAEnv(question_kinds=("riddle",))
+    with pytest.raises(ValueError, match="KBConfig"):
+        KBConfig(num_people=1)
