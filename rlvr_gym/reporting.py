@@ -128,7 +128,8 @@ def _bar(axis: Any, values: dict[str, float], title: str, color: str = "tab:gree
         axis.text(0.5, 0.5, "none", ha="center", va="center", transform=axis.transAxes)
         return
     names = list(values)
-    axis.bar(range(len(names)), [values[n] for n in names], color=color)
+    bars = axis.bar(range(len(names)), [values[n] for n in names], color=color)
+    axis.bar_label(bars, fmt="%.3g", fontsize=8)
     axis.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
     if ylim is not None:
         axis.set_ylim(*ylim)
