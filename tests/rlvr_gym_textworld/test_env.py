@@ -136,3 +136,16 @@ def test_task_dict_is_accepted_and_bad_options_raise() -> None:
 def test_world_state_before_reset_raises() -> None:
     with pytest.raises(RuntimeError, match="reset"):
         _ = ALFWorldEnv().world_state
+
+
+def test_fork_copies_the_random_generator() -> None:
+    """An unseeded reset draws from the env's generator: a fork must draw the same world, independently."""
+    env = rlvr_gym.make("textworld/ALFWorld-v0")
+    env.reset(seed=3)
+    fork = env.fork()
+    assert fork.np_random is not env.np_random
+    assert fork.reset()[0] == env.reset()[0]
+    assert fork.reset()[0] == env.reset()[0]
+    env.action_space.sample()  # gives the space a generator, which a fork must copy
+    fork = env.fork()
+    assert fork.action_space.sample() == env.action_space.sample()

@@ -10,9 +10,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import gymnasium
 import numpy as np
 
-from rlvr_gym.core import Env, StepResult
+from rlvr_gym.core import Env, StepResult, TextSpace
 from rlvr_gym.tasks import Task
 from rlvr_gym_textworld.engine import admissible_actions, apply_command, describe_room
 from rlvr_gym_textworld.generator import Difficulty, generate_world, get_difficulty
@@ -116,22 +117,38 @@ class ALFWorldEnv(Env):
         return f"{obs}\nAdmissible actions: {', '.join(admissible_actions(self.world_state))}."
 
     def fork(self) -> ALFWorldEnv:
-        """An independent copy in the same state, without deep-copying the static house.
+        """An independent copy in the same state, without deep-copying what never changes.
 
-        About 10x faster than the default ``copy.deepcopy`` (see ``benchmarks/textworld_env.py``): the house
-        and goal are immutable and shared; the mutable world state, the random generator, the action history
-        and the spaces are copied.
+        The house and goal are immutable and shared; the mutable world state, the action history, the random
+        generator and any seeded space are copied. About 3x faster than the ``copy.deepcopy`` default (see
+        ``benchmarks/textworld_env.py``).
         """
         clone = copy.copy(self)
         clone.__dict__.update(
             state=self.state.copy() if self.state is not None else None,
             action_history=list(self.action_history),
-            _np_random=copy.deepcopy(self._np_random),
-            observation_space=copy.deepcopy(self.observation_space),
-            action_space=copy.deepcopy(self.action_space),
+            _np_random=_copy_generator(self._np_random),
+            observation_space=_copy_space(self.observation_space),
+            action_space=_copy_space(self.action_space),
         )
         return clone
 
     def fork_by_deepcopy(self) -> ALFWorldEnv:
         """The base class's ``copy.deepcopy`` fork, kept as the benchmark baseline."""
         return copy.deepcopy(self)
+
+
+def _copy_generator(generator: np.random.Generator | None) -> np.random.Generator | None:
+    """Copies a generator through its bit generator's state (about 3x faster than ``copy.deepcopy``)."""
+    if generator is None:
+        return None
+    bit_generator = type(generator.bit_generator)(0)
+    bit_generator.state = generator.bit_generator.state
+    return np.random.Generator(bit_generator)
+
+
+def _copy_space(space: gymnasium.spaces.Space[Any]) -> gymnasium.spaces.Space[Any]:
+    """A fresh text space when the original was never seeded or sampled (its generator is still None)."""
+    if isinstance(space, TextSpace) and space._np_random is None:
+        return TextSpace(space.max_length)
+    return copy.deepcopy(space)
