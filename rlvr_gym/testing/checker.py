@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 from rlvr_gym.registry import spec
-from rlvr_gym.tasks import Task, load_suite
+from rlvr_gym.tasks import Task, TaskFileError, load_suite
 from rlvr_gym.testing.checks import ALL_CHECKS, CheckContext, CheckFailed, CheckSkipped
 
 Status = Literal["passed", "skipped", "failed"]
@@ -163,7 +163,11 @@ def _choose_tasks(env_id: str, tasks: Sequence[Task] | None, num_tasks: int) -> 
         if suite_name is None:
             raise CheckError(f"{env_id} has no default_suite to check on; register it with "
                              "default_suite='family/suite' or pass tasks=", CheckReport(env_id, []))
-        tasks = load_suite(suite_name).tasks
+        try:
+            tasks = load_suite(suite_name).tasks
+        except (FileNotFoundError, TaskFileError) as error:
+            raise CheckError(f"{env_id}: cannot load its default suite {suite_name!r}: {error}. How to fix: ship "
+                             f"tasks/{suite_name}.jsonl or pass tasks=", CheckReport(env_id, [])) from None
     mine = [t for t in tasks if t.env_id == env_id]
     if not mine:
         raise CheckError(f"{env_id}: none of the {len(tasks)} given tasks has env_id {env_id!r}; "

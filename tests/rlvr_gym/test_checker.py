@@ -209,3 +209,9 @@ def test_task_problems_are_clear_errors() -> None:
 def test_missing_default_suite_is_a_clear_error(broken_env: str) -> None:
     with pytest.raises(CheckError, match="has no default_suite.*pass tasks="):
         check_env(broken_env)
+
+
+def test_missing_suite_file_is_a_check_error() -> None:
+    with temporary_env("testing/NoSuiteFile-v0", EchoEnv, default_suite="testing/does-not-exist") as env_id:
+        with pytest.raises(CheckError, match="cannot load its default suite 'testing/does-not-exist'.*How to fix"):
+            check_env(env_id)
