@@ -137,7 +137,7 @@ def cmd_check(args: argparse.Namespace, console: Console) -> int:
     tasks = rlvr_gym.load_suite(args.suite).tasks if args.suite else None
     passed = True
     for env_id in env_ids:
-        rlvr_gym.spec(env_id)  # unknown ids are a usage error, reported with the closest ids
+        env_id = rlvr_gym.spec(env_id).id  # unknown ids are a usage error, reported with the closest ids
         try:
             report = check_env(env_id, tasks, args.num_tasks, raise_on_failure=False)
         except CheckError as error:  # no tasks to check on
@@ -167,6 +167,7 @@ def cmd_play(args: argparse.Namespace, console: Console) -> int:
     """Lets a person play one episode: shows the observation and the admissible actions or tools, reads a
     line from stdin per turn. ``:q`` (or end of input) quits."""
     env_spec = rlvr_gym.spec(args.env_id)
+    args.env_id = env_spec.id  # drops a "module:" prefix
     task = _pick_task(args, env_spec.default_suite)
     env = env_spec.make()
     try:

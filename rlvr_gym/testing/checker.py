@@ -106,7 +106,7 @@ def check_env(
     """Runs the conformance checks on a registered env.
 
     Args:
-        env_id: a registered id, ``family/Name-vN``.
+        env_id: a registered id, ``family/Name-vN`` (or ``module:family/Name-vN`` to import ``module`` first).
         tasks: the tasks to check on; None loads ``spec(env_id).default_suite`` with
             :func:`rlvr_gym.load_suite`. Tasks with gold actions are preferred.
         num_tasks: how many tasks to use (>= 1).
@@ -129,6 +129,7 @@ def check_env(
     if unknown:
         raise ValueError(f"unknown checks {unknown}; known: {', '.join(ALL_CHECKS)}")
     env_spec = spec(env_id)
+    env_id = env_spec.id  # drops a "module:" prefix
     chosen = _choose_tasks(env_id, tasks, num_tasks)
     report = CheckReport(env_id, [t.id for t in chosen])
     ctx = CheckContext(env_id, env_spec, chosen, seed)
