@@ -22,13 +22,13 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 
 def _section(title: str) -> str:
     text = README.read_text(encoding="utf-8")
-    match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", text, flags=re.S | re.M)
+    match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", text, flags=re.DOTALL | re.MULTILINE)
     assert match, f"README has no section '## {title}'"
     return match.group(1)
 
 
 def _blocks(section: str, language: str) -> list[str]:
-    return re.findall(rf"^```{language}\n(.*?)^```", section, flags=re.S | re.M)
+    return re.findall(rf"^```{language}\n(.*?)^```", section, flags=re.DOTALL | re.MULTILINE)
 
 
 def _commands(section: str) -> list[list[str]]:
@@ -90,7 +90,7 @@ def test_evaluate_commands_parse_and_snippet_runs(tmp_path: Path, monkeypatch: p
 
 def test_readme_keeps_its_structure() -> None:
     text = README.read_text(encoding="utf-8")
-    titles = re.findall(r"^## (.+)$", text, flags=re.M)
+    titles = re.findall(r"^## (.+)$", text, flags=re.MULTILINE)
     assert titles == ["Quick start", "What the main job prints", "Environments", "Register a new environment",
                       "Train", "Evaluate", "Benchmarks", "Layout"]
     assert "make quickstart" in _section("Quick start") and "make test" in _section("Quick start")
