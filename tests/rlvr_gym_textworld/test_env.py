@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from rlvr_gym_textworld import ALFWorldEnv, generate_tasks, oracle_plan
 
 import rlvr_gym
@@ -149,3 +151,36 @@ def test_fork_copies_the_random_generator() -> None:
     env.action_space.sample()  # gives the space a generator, which a fork must copy
     fork = env.fork()
     assert fork.action_space.sample() == env.action_space.sample()
+
+
+def test_stale_task_goal_is_reported() -> None:
+    task = generate_tasks("textworld/ALFWorld-Easy-v0", "train", 1)[0]
+    stale = task.model_copy(update={"data": {"goal": {**task.data["goal"], "object_type": "unicorn"}}})
+    with pytest.raises(ValueError, match="regenerate it"):
+        rlvr_gym.make("textworld/ALFWorld-Easy-v0").reset(options={"task": stale})
+
+
+def test_custom_difficulty_from_a_dict() -> None:
+    knobs = {"num_rooms": [3, 3], "num_objects": [4, 4], "closed_fraction": 1.0, "task_types": ["pick_and_place"]}
+    env = rlvr_gym.make("textworld/ALFWorld-v0", difficulty=knobs)
+    env.reset(seed=0)
+    state = env.world_state
+    assert len(state.house.rooms) == 3 and len(state.house.objects) == 4
+    assert state.goal.task_type == "pick_and_place" and all(not is_open for is_open in state.is_open.values())
+    with pytest.raises(ValueError, match="unknown difficulty field"):
+        rlvr_gym.make("textworld/ALFWorld-v0", difficulty={"rooms": 2})
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.text(max_size=40))
+def test_env_step_never_raises_on_any_text(text: str) -> None:
+    env = FUZZ_ENV.fork()
+    obs, reward, terminated, truncated, info = env.step(text)
+    assert isinstance(obs, str) and obs and reward in (0.0, 1.0)
+    assert "admissible_actions" in info
+    if "failure" in info:
+        assert info["failure"].kind in (FailureKind.PARSE_ERROR, FailureKind.INVALID_ACTION)
+
+
+FUZZ_ENV = rlvr_gym.make("textworld/ALFWorld-v0")
+FUZZ_ENV.reset(seed=0)

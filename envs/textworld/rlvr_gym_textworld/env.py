@@ -19,7 +19,7 @@ from rlvr_gym_textworld.engine import admissible_actions, apply_command, describ
 from rlvr_gym_textworld.generator import Difficulty, generate_world, get_difficulty
 from rlvr_gym_textworld.oracle import oracle_next_action
 from rlvr_gym_textworld.verifier import verify
-from rlvr_gym_textworld.world import WorldState
+from rlvr_gym_textworld.world import Goal, WorldState
 
 
 class ALFWorldEnv(Env):
@@ -35,14 +35,15 @@ class ALFWorldEnv(Env):
     adds ``failure`` (``parse_error`` or ``invalid_action``) and leaves the world unchanged.
 
     Args:
-        difficulty: a preset name (``easy``, ``medium``, ``hard``) or a :class:`Difficulty`; a task's
-            ``options["difficulty"]`` overrides it.
+        difficulty: a preset name (``easy``, ``medium``, ``hard``), a :class:`Difficulty`, or a dict of its
+            fields (from a YAML recipe); a task's ``options["difficulty"]`` overrides it.
         list_admissible: append ``"Admissible actions: ..."`` to every observation.
         max_turns: the turn limit (see :class:`rlvr_gym.Env`).
         render_mode: ``"ansi"`` or None.
 
     Raises:
-        ValueError: on an unknown difficulty, layout or task type.
+        ValueError: on an unknown difficulty, layout or task type, or (at reset) a task whose ``data["goal"]``
+            differs from the goal its seed generates (a suite made by another generator version).
 
     Version History:
         v0: first version (six task types, multi-room houses, held-out layouts).
@@ -52,7 +53,7 @@ class ALFWorldEnv(Env):
 
     def __init__(
         self,
-        difficulty: str | Difficulty = "medium",
+        difficulty: str | Difficulty | dict[str, Any] = "medium",
         list_admissible: bool = False,
         max_turns: int | None = None,
         render_mode: str | None = None,
@@ -87,7 +88,14 @@ class ALFWorldEnv(Env):
         difficulty = get_difficulty(options.get("difficulty", self.difficulty))
         seed = options.get("seed")
         rng = np.random.default_rng(int(seed)) if seed is not None else self.np_random
-        return generate_world(rng, difficulty, layout=options.get("layout"), task_type=options.get("task_type"))
+        state = generate_world(rng, difficulty, layout=options.get("layout"), task_type=options.get("task_type"))
+        expected = task.data.get("goal") if task is not None else None
+        if expected is not None and Goal.from_dict(expected) != state.goal:
+            raise ValueError(
+                f"task {task.id!r} expects goal {expected} but its seed now generates {state.goal.to_dict()}: the "
+                "suite was made by another generator version; regenerate it (python -m rlvr_gym_textworld.make_suites)"
+            )
+        return state
 
     def _step(self, action: str) -> StepResult:
         state = self.world_state

@@ -12,6 +12,7 @@ receptacle of the target type.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 
@@ -77,14 +78,22 @@ DIFFICULTIES: dict[str, Difficulty] = {
 types), ``ALFWorld-v0`` and ``ALFWorld-Hard-v0``."""
 
 
-def get_difficulty(difficulty: str | Difficulty) -> Difficulty:
-    """Returns a preset by name, or ``difficulty`` itself.
+def get_difficulty(difficulty: str | Difficulty | dict[str, Any]) -> Difficulty:
+    """Returns a preset by name, ``difficulty`` itself, or a :class:`Difficulty` built from a dict of its
+    fields (lists become tuples; ``name`` defaults to ``"custom"``).
 
     Raises:
-        ValueError: on an unknown preset name.
+        ValueError: on an unknown preset name, unknown fields, or invalid knob values.
     """
     if isinstance(difficulty, Difficulty):
         return difficulty
+    if isinstance(difficulty, dict):
+        fields = {f.name for f in dataclasses.fields(Difficulty)}
+        unknown = sorted(set(difficulty) - fields)
+        if unknown:
+            raise ValueError(f"unknown difficulty field(s) {unknown}; known: {sorted(fields)}")
+        values = {k: tuple(v) if isinstance(v, list) else v for k, v in difficulty.items()}
+        return Difficulty(**{"name": "custom", **values})
     if difficulty not in DIFFICULTIES:
         raise ValueError(f"unknown difficulty {difficulty!r}; expected one of {', '.join(DIFFICULTIES)}")
     return DIFFICULTIES[difficulty]
