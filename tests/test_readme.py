@@ -94,3 +94,10 @@ def test_readme_keeps_its_structure() -> None:
     assert titles == ["Quick start", "What the main job prints", "Environments", "Register a new environment",
                       "Train", "Evaluate", "Benchmarks", "Layout"]
     assert "make quickstart" in _section("Quick start") and "make test" in _section("Quick start")
+
+
+def test_benchmarks_readme_lists_every_benchmark() -> None:
+    folder = README.parent / "benchmarks"
+    listed = (folder / "README.md").read_text(encoding="utf-8")
+    missing = [p.name for p in folder.glob("*.py") if f"`{p.name}`" not in listed]
+    assert not missing, f"add a row for {missing} to benchmarks/README.md"
