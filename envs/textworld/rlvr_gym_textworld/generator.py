@@ -92,7 +92,7 @@ def get_difficulty(difficulty: str | Difficulty | dict[str, Any]) -> Difficulty:
         unknown = sorted(set(difficulty) - fields)
         if unknown:
             raise ValueError(f"unknown difficulty field(s) {unknown}; known: {sorted(fields)}")
-        values = {k: tuple(v) if isinstance(v, list) else v for k, v in difficulty.items()}
+        values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in difficulty.items()}
         return Difficulty(**{"name": "custom", **values})
     if difficulty not in DIFFICULTIES:
         raise ValueError(f"unknown difficulty {difficulty!r}; expected one of {', '.join(DIFFICULTIES)}")
