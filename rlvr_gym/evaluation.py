@@ -38,7 +38,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from rlvr_gym.core import Env
 from rlvr_gym.failures import Failure, FailureKind
-from rlvr_gym.registry import UnknownEnvError, make
+from rlvr_gym.registry import UnknownEnvError, make, spec
 from rlvr_gym.reporting import EvalReport
 from rlvr_gym.tasks import Task
 
@@ -359,13 +359,16 @@ def evaluate(
         raise ValueError(f"k and max_parallel must be >= 1, got k={k}, max_parallel={max_parallel}")
     if not task_list:
         raise ValueError("evaluate() got no tasks")
+    if env_factory is make:
+        for env_id in sorted({t.env_id for t in task_list}):
+            spec(env_id)  # an unknown id fails before any episode runs
     episodes = [_Episode(task, sample) for task in task_list for sample in range(k)]
     with _progress_bar(len(episodes), progress) as bar:
         if isinstance(agent, BatchAgent):
             _run_batched(agent, episodes, env_factory, max_parallel, bar)
         elif isinstance(agent, Agent) or callable(agent):
             for episode in episodes:
-                _run_single(agent, episode, env_factory)
+                _run_single(agent, episode, env_factory, episodes)
                 bar.update(1)
         else:
             raise TypeError(f"agent must have act(), act_batch() or be callable; got {type(agent).__name__}")
@@ -373,7 +376,7 @@ def evaluate(
     return EvalReport(summarize(records, k), records)
 
 
-def _run_single(agent: Any, episode: _Episode, env_factory: Callable[[str], Env]) -> None:
+def _run_single(agent: Any, episode: _Episode, env_factory: Callable[[str], Env], episodes: list[_Episode]) -> None:
     act = agent.act if isinstance(agent, Agent) else agent
     episode.start(env_factory)
     if episode.done:
@@ -385,7 +388,7 @@ def _run_single(agent: Any, episode: _Episode, env_factory: Callable[[str], Env]
             action = act(episode.observation, episode.info)
             episode.step(action)
     except Exception as error:  # noqa: BLE001 - agent errors are recorded per episode
-        _log_agent_error(error)
+        _log_agent_error(error, episodes)
         episode.crash(AGENT_ERROR, error, "agent")
 
 
@@ -407,7 +410,7 @@ def _run_batched(
                 if len(actions) != len(live):
                     raise ValueError(f"act_batch returned {len(actions)} actions for {len(live)} episodes")
             except Exception as error:  # noqa: BLE001
-                _log_agent_error(error)
+                _log_agent_error(error, episodes)
                 for episode in live:
                     episode.crash(AGENT_ERROR, error, "agent")
             else:
@@ -425,14 +428,10 @@ def _finish_done(agent: BatchAgent, live: list[_Episode], bar: Any) -> list[_Epi
     return [e for e in live if not e.done]
 
 
-_logged_agent_error = False
-
-
-def _log_agent_error(error: BaseException) -> None:
-    global _logged_agent_error
-    if not _logged_agent_error:
+def _log_agent_error(error: BaseException, episodes: Sequence[_Episode]) -> None:
+    """Logs the traceback of the first agent error of a run; later ones are only recorded."""
+    if not any(e.record.failure == AGENT_ERROR for e in episodes):
         logger.error("the agent raised; its episodes are recorded as %r failures", AGENT_ERROR, exc_info=error)
-        _logged_agent_error = True
 
 
 def _progress_bar(total: int, enabled: bool) -> Any:

@@ -14,7 +14,7 @@ from rlvr_gym import Failure, FailureKind, StepResult, Task
 from rlvr_gym.core import Env
 from rlvr_gym.evaluation import AGENT_ERROR, EpisodeRecord, evaluate, pass_at_k, summarize
 from rlvr_gym.reporting import EvalReport
-from rlvr_gym.testing import echo_tasks
+from rlvr_gym.testing import EchoEnv, echo_tasks
 from rlvr_gym.testing.registration import temporary_env
 
 
@@ -242,3 +242,45 @@ def test_report_save_writes_json_markdown_png(tmp_path: Any) -> None:
     markdown = paths["markdown"].read_text()
     assert "| pass@2 | 1.000 |" in markdown and "## Per task type" in markdown and "| even |" in markdown
     assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and paths["png"].stat().st_size > 5000
+
+
+def test_agent_error_traceback_logged_once_per_run(caplog: pytest.LogCaptureFixture) -> None:
+    def crash(observation: str, info: dict[str, Any]) -> str:
+        raise RuntimeError("policy exploded")
+
+    with caplog.at_level("ERROR", logger="rlvr_gym.evaluation"):
+        evaluate(crash, echo_tasks(3), progress=False)
+    assert [r.message for r in caplog.records] == ["the agent raised; its episodes are recorded as 'agent_error' failures"]
+
+
+class _DictFailureEnv(EchoEnv):
+    """Reports failures as dicts, as an env behind a process boundary does.
+
+    Version History:
+        v0: test double.
+    """
+
+    def _step(self, action: str) -> StepResult:
+        info = {"failure": {"kind": "timeout", "message": "page took too long", "details": {}},
+                "tool_calls": 2, "invalid_tool_calls": 1}
+        return StepResult("slow", 0.0, False, True, info)
+
+    def _reset(self, task: Any) -> tuple[str, dict[str, Any]]:
+        observation, info = super()._reset(task)
+        return observation, {**info, "tools": [{"type": "function", "function": {"name": "wait"}}]}
+
+
+def test_custom_env_factory_dict_failures_and_tool_counts() -> None:
+    built: list[str] = []
+
+    def factory(env_id: str) -> Env:
+        built.append(env_id)
+        return _DictFailureEnv()
+
+    report = evaluate(_gold_agent, echo_tasks(2), env_factory=factory, progress=False)
+    assert built == ["testing/Echo-v0"] * 2
+    record = report.records[0]
+    assert record.failure == "timeout" and record.truncated and record.tools_declared
+    assert (record.tool_calls, record.invalid_tool_calls) == (2, 1)
+    assert report.metrics["invalid_tool_call_rate"] == pytest.approx(0.5)
+    assert report.metrics["tool_calls_per_episode"] == pytest.approx(2.0)
