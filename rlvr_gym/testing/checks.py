@@ -167,10 +167,12 @@ class _TaskInjector(gymnasium.Wrapper[str, str, str, str]):
 
 
 GYMNASIUM_NOT_APPLICABLE = (
-    "check_space_limit (Box spaces only), observation-array dtype/shape checks (text observations), "
-    "render-mode re-creation through gymnasium.make (done here on the bare env), "
-    "check_step_determinism when max_turns == 1 (its one-step truncation assertion cannot hold)"
+    "the JAX/torch-to-numpy conversion (text envs have no arrays); the 'env is wrapped' warning (the checker "
+    "wraps the env to inject the task into reset); render-mode and close checks through gymnasium.make "
+    "(it resets without a task; the render and close checks here do the same on a task); "
+    "check_step_determinism when max_turns == 1 (it asserts that one step does not truncate)"
 )
+"""The parts of ``gymnasium.utils.env_checker.check_env`` not run, and why."""
 
 
 def check_gymnasium_api(ctx: CheckContext) -> str:
@@ -179,14 +181,17 @@ def check_gymnasium_api(ctx: CheckContext) -> str:
     gym_spec = dataclasses.replace(gymnasium.spec(ctx.env_id), nondeterministic=ctx.spec.nondeterministic)
     with built(ctx) as bare, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        env = _TaskInjector(bare, task, gym_spec)
         if not isinstance(bare, gymnasium.Env):
             raise CheckFailed("the env is not a gymnasium.Env", "subclass rlvr_gym.Env")
+        env = _TaskInjector(bare, task, gym_spec)
         steps: list[tuple[str, Callable[[], Any]]] = [
             ("check_action_space", lambda: passive_env_checker.check_action_space(bare.action_space)),
+            ("check_space_limit(action)", lambda: env_checker.check_space_limit(bare.action_space, "action")),
             ("check_observation_space", lambda: passive_env_checker.check_observation_space(bare.observation_space)),
+            ("check_space_limit(observation)", lambda: env_checker.check_space_limit(
+                bare.observation_space, "observation")),
             ("check_seed_deprecation", lambda: env_checker.check_seed_deprecation(bare)),
-            ("check_reset_return_info_deprecation", lambda: env_checker.check_reset_return_info_deprecation(env)),
+            ("check_reset_return_info_deprecation", lambda: env_checker.check_reset_return_info_deprecation(bare)),
             ("check_reset_return_type", lambda: env_checker.check_reset_return_type(env)),
             ("check_reset_seed_determinism", lambda: env_checker.check_reset_seed_determinism(env)),
             ("check_reset_options", lambda: env_checker.check_reset_options(env)),
@@ -203,7 +208,8 @@ def check_gymnasium_api(ctx: CheckContext) -> str:
             except (AssertionError, gymnasium.error.Error, TypeError) as error:
                 raise CheckFailed(f"gymnasium {name}: {error}", "follow Gymnasium's Env API (see its message)") from error
     warned = sorted({str(w.message).replace("\x1b[33m", "").replace("\x1b[0m", "") for w in caught})
-    return f"{len(steps)} Gymnasium checks passed" + "".join(f"; warning: {w}" for w in warned)
+    skipped = "" if bare.max_turns > 1 else "; check_step_determinism not run (max_turns == 1)"
+    return f"{len(steps)} Gymnasium checks passed{skipped}" + "".join(f"; warning: {w}" for w in warned)
 
 
 def check_render(ctx: CheckContext) -> str:
