@@ -1,1 +1,34 @@
-"""rlvr_gym environment family: web (registers its ids when imported)."""
+"""rlvr_gym environment family: web. Real Chromium via Playwright; registers its ids when imported.
+
+Ids:
+    ``web/MiniWoB-v0``: MiniWoB++ pages from the ``miniwob`` wheel, rewarded by the page's success signal.
+    ``web/FileManager-v0``, ``web/Mail-v0``, ``web/Planner-v0``, ``web/Sheet-v0``, ``web/Settings-v0``: desktop-like
+    apps written for rlvr_gym (``rlvr_gym_web/apps``), with GUI and API actions and state-checked rewards.
+"""
+
+from rlvr_gym.registry import register
+
+register(
+    "web/MiniWoB-v0",
+    "rlvr_gym_web.miniwob:MiniWoBEnv",
+    description="MiniWoB++ pages in Chromium (file://), rewarded by the page's own success signal.",
+    max_turns=10,
+    default_suite="web/miniwob",
+)
+
+DESKTOP_APPS = {
+    "FileManager": ("files", "a file manager (move, delete, rename, create folders)"),
+    "Mail": ("mail", "a mail client (star, archive, send, count unread)"),
+    "Planner": ("todo", "a to-do list with a calendar"),
+    "Sheet": ("sheet", "a spreadsheet-like table of values"),
+    "Settings": ("settings", "a settings panel with switches, choices and numbers"),
+}
+for _name, (_app, _what) in DESKTOP_APPS.items():
+    register(
+        f"web/{_name}-v0",
+        "rlvr_gym_web.desktop.env:DesktopEnv",
+        description=f"Desktop-like app in Chromium: {_what}; GUI and API actions, state-checked reward.",
+        kwargs={"app": _app},
+        max_turns=30,
+        default_suite=f"web/{_app}",
+    )

@@ -1,0 +1,30 @@
+// Shared by the desktop-like apps: a tiny element builder and the app contract read by rlvr_gym_web.desktop.
+// Contract: window.app = {name, getState() -> JSON state, api: {tool(args) -> JSON result}}; the initial state
+// comes from window.__RLVR_TASK__.state (an init script set by the env) or the app's own demo state.
+'use strict';
+function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs || {})) {
+    if (key.startsWith('on')) el.addEventListener(key.slice(2), value);
+    else if (key === 'checked' || key === 'value' || key === 'selected' || key === 'disabled') el[key] = value;
+    else el.setAttribute(key, value);
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined || child === false) continue;
+    el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return el;
+}
+function initialState(demo) {
+  const task = window.__RLVR_TASK__;
+  return JSON.parse(JSON.stringify(task && task.state ? task.state : demo));
+}
+function fail(message) { throw new Error(message); }
+function registerApp(name, getState, api, render) {
+  const wrapped = {};
+  for (const [tool, fn] of Object.entries(api)) {
+    wrapped[tool] = (args) => { const result = fn(args || {}); render(); return result === undefined ? 'ok' : result; };
+  }
+  window.app = {name: name, getState: () => JSON.parse(JSON.stringify(getState())), api: wrapped};
+  render();
+}

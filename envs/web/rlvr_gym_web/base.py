@@ -1,0 +1,259 @@
+"""The browser env base: one fresh page per episode, text observations with element ids, whitelisted actions.
+
+Subclasses say how to open a task (:meth:`BrowserEnv._open`) and how to tell that it is over and what it
+earned (:meth:`BrowserEnv._verdict`); optionally they declare API tools (:meth:`BrowserEnv._tool_schemas`,
+:meth:`BrowserEnv._call_tool`). Everything else is here: browser contexts, seeding, observation, actions,
+failures, forking and clean-up.
+
+Determinism: each episode runs in a new browser context with a fixed viewport (800x600), locale (en-US),
+timezone (UTC) and clock (``Date`` fixed at :data:`FIXED_TIME`, timers still run), and ``Math.random``
+replaced before any page script by a generator seeded from the episode seed (mulberry32).
+
+Forking replays the action history on a new page of the same browser (:meth:`rlvr_gym.Env.fork_by_replay`).
+Cost: one reset (about 0.1-0.3 s: a new context and a page load) plus one step per past turn (about
+20-60 ms each for our apps and MiniWoB, more for actions that wait on the page).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any, ClassVar
+
+from rlvr_gym.core import Env, StepResult
+from rlvr_gym.failures import Failure, FailureKind
+from rlvr_gym.verifier import RewardResult
+from rlvr_gym_web.actions import Action, ActionParseError, parse_action
+from rlvr_gym_web.browser import BrowserHost, acquire_browser, release_browser
+
+FIXED_TIME = "2024-03-15T10:00:00Z"
+_OBSERVE_JS = (Path(__file__).parent / "js" / "observe.js").read_text(encoding="utf-8")
+_SEED_JS = """
+(() => {
+  let a = %d >>> 0;
+  Math.random = function () {  // mulberry32
+    a = (a + 0x6D2B79F5) >>> 0; let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1); t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+})();
+"""
+
+
+class InvalidActionError(ValueError):
+    """A well-formed action that cannot apply here (unknown element id, URL outside the allowed origins)."""
+
+
+class ToolError(InvalidActionError):
+    """An API tool ran and reported an error (bad path, unknown id, malformed value)."""
+
+
+class BrowserEnv(Env):
+    """Base class of the web envs. See the module docstring.
+
+    Args:
+        max_turns: turn limit.
+        action_timeout_s: how long one action may wait for its element (Playwright's timeout), in seconds.
+        max_tree_lines: the page text is cut after this many element lines.
+        screenshot_dir: when set, every observation also saves a PNG there and puts its path in
+            ``info["screenshot_path"]``.
+
+    Version History:
+        v0: first version.
+    """
+
+    max_turns = 20
+    supports_fork: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        max_turns: int | None = None,
+        action_timeout_s: float = 3.0,
+        max_tree_lines: int = 300,
+        screenshot_dir: str | None = None,
+        render_mode: str | None = None,
+    ) -> None:
+        super().__init__(max_turns=max_turns, render_mode=render_mode)
+        if action_timeout_s <= 0:
+            raise ValueError(f"action_timeout_s must be > 0, got {action_timeout_s}")
+        self.action_timeout_s = action_timeout_s
+        self.max_tree_lines = max_tree_lines
+        self.screenshot_dir = Path(screenshot_dir) if screenshot_dir else None
+        self._host: BrowserHost | None = None
+        self._context: Any = None
+        self.page: Any = None
+        self.goal = ""
+        self._shots = 0
+
+    # -- hooks ----------------------------------------------------------------------------------------
+    def _open(self, task: Any) -> str:
+        """Loads the task's page in ``self.page`` and returns the goal text."""
+        raise NotImplementedError
+
+    def _verdict(self, action: Action | None) -> RewardResult | None:
+        """After each action: the episode's reward when it is over (task finished, ``answer``/``done``
+        called), else None."""
+        raise NotImplementedError
+
+    def _allowed_origins(self) -> tuple[str, ...]:
+        """URL prefixes ``goto`` may open."""
+        return ()
+
+    def _tool_schemas(self) -> list[dict[str, Any]]:
+        """OpenAI-style JSON schemas of the task's API tools (empty: no tools)."""
+        return []
+
+    def _call_tool(self, name: str, args: dict[str, Any]) -> str:
+        """Runs one API tool and returns its result as text (raise ``InvalidActionError`` on misuse)."""
+        raise InvalidActionError(f"unknown tool {name}")
+
+    # -- Env hooks ------------------------------------------------------------------------------------
+    def _reset(self, task: Any) -> tuple[str, dict[str, Any]]:
+        self._close_context()
+        if self._host is None:
+            self._host = acquire_browser()
+        self._context = self._host.new_context()
+        self._context.clock.set_fixed_time(FIXED_TIME)
+        self._context.add_init_script(_SEED_JS % int(self.np_random.integers(0, 2**32 - 1)))
+        self.page = self._context.new_page()
+        self.page.set_default_timeout(self.action_timeout_s * 1000)
+        self.goal = self._open(task)
+        info: dict[str, Any] = {"goal": self.goal}
+        if self._tool_schemas():
+            info["tools"] = self._tool_schemas()
+        return self._observe(info), info
+
+    def _step(self, action_text: str) -> StepResult:
+        info: dict[str, Any] = {}
+        try:
+            action = parse_action(action_text, self._tool_params())
+        except ActionParseError as error:
+            info["failure"] = Failure(FailureKind.PARSE_ERROR, str(error), {"action": action_text[:500]})
+            return StepResult(self._observe(info, error=f"Invalid action: {error}"), 0.0, False, False, info)
+        note = ""
+        try:
+            note = self._apply(action)
+        except ToolError as error:
+            info["failure"] = Failure(FailureKind.TOOL_ERROR, str(error), {"action": action_text[:500]})
+            note = f"Tool error: {error}"
+        except InvalidActionError as error:
+            info["failure"] = Failure(FailureKind.INVALID_ACTION, str(error), {"action": action_text[:500]})
+            note = f"Invalid action: {error}"
+        except Exception as error:  # noqa: BLE001 - Playwright raises plain Error/TimeoutError subclasses
+            if not self._browser_alive():
+                return self._crash(error)
+            kind = FailureKind.TIMEOUT if "Timeout" in type(error).__name__ else FailureKind.INVALID_ACTION
+            message = str(error).splitlines()[0][:300]
+            info["failure"] = Failure(kind, message, {"action": action_text[:500]})
+            note = f"The action failed: {message}"
+        return self._finish_step(action, note, info)
+
+    def _finish_step(self, action: Action, note: str, info: dict[str, Any]) -> StepResult:
+        try:
+            verdict = self._verdict(action)
+            observation = self._observe(info, error=note)
+        except Exception as error:  # noqa: BLE001 - a crashed page or browser ends the episode
+            return self._crash(error)
+        if verdict is None:
+            return StepResult(observation, 0.0, False, False, info)
+        info["reward_details"], info["success"] = verdict.to_dict(), verdict.success
+        return StepResult(observation, verdict.value, True, False, info)
+
+    def _crash(self, error: Exception) -> StepResult:
+        failure = Failure(FailureKind.ENV_CRASH, f"the browser failed: {str(error).splitlines()[0][:300]}")
+        return StepResult(f"The browser crashed: {failure.message}. The episode is over.", 0.0, True, False,
+                          {"failure": failure, "success": False})
+
+    # -- actions --------------------------------------------------------------------------------------
+    def _tool_params(self) -> dict[str, list[str]] | None:
+        schemas = self._tool_schemas()
+        if not schemas:
+            return None
+        return {s["function"]["name"]: list(s["function"]["parameters"]["properties"]) for s in schemas}
+
+    def _apply(self, action: Action) -> str:
+        """Performs ``action`` on the page; returns a note for the observation (tool results)."""
+        if action.is_api:
+            return f"Tool result: {self._call_tool(action.name, action.args)}"
+        name, args = action.name, action.args
+        if name in ("answer", "done", "noop"):
+            return ""
+        if name == "scroll":
+            self.page.mouse.wheel(float(args["delta_x"]), float(args["delta_y"]))
+        elif name == "goto":
+            self._goto(args["url"])
+        elif name == "go_back":
+            self.page.go_back()
+        else:
+            self._element_action(name, args)
+        with contextlib.suppress(Exception):
+            self.page.wait_for_load_state("domcontentloaded", timeout=self.action_timeout_s * 1000)
+        return ""
+
+    def _element_action(self, name: str, args: dict[str, Any]) -> None:
+        locator = self.page.locator(f'[data-bid="{args["bid"]}"]')
+        if locator.count() == 0:
+            raise InvalidActionError(f"no element with id {args['bid']!r} on the page; use an id in brackets")
+        element = locator.first
+        if name == "fill":
+            element.fill(args["value"])
+        elif name == "press":
+            element.press(args["key"])
+        elif name == "select_option":  # Playwright matches each string against option values and labels
+            element.select_option(args["options"])
+        else:
+            getattr(element, name)()
+
+    def _goto(self, url: str) -> None:
+        allowed = self._allowed_origins()
+        if not any(url.startswith(origin) for origin in allowed):
+            raise InvalidActionError(f"goto({url!r}) is outside the allowed sites: {', '.join(allowed) or 'none'}")
+        self.page.goto(url)
+
+    # -- observation ----------------------------------------------------------------------------------
+    def _observe(self, info: dict[str, Any], error: str = "") -> str:
+        tree = self.page.evaluate(_OBSERVE_JS, self.max_tree_lines)
+        lines = [f"Goal: {self.goal}", f"URL: {self.page.url}", f"Title: {self.page.title()}"]
+        if error:
+            lines.append(error)
+        lines.append("Page:")
+        lines.extend(tree["lines"])
+        if tree["truncated"]:
+            lines.append(f"... (page cut after {self.max_tree_lines} elements; scroll or act to see more)")
+        if self.screenshot_dir is not None:
+            info["screenshot_path"] = self.screenshot()
+        return "\n".join(lines)
+
+    def screenshot(self, path: str | Path | None = None) -> str:
+        """Saves a PNG of the current page (to ``path`` or under ``screenshot_dir``) and returns its path."""
+        if path is None:
+            folder = self.screenshot_dir or Path(".")
+            folder.mkdir(parents=True, exist_ok=True)
+            self._shots += 1
+            path = folder / f"{type(self).__name__}-{id(self):x}-{self._shots:04d}.png"
+        self.page.screenshot(path=str(path))
+        return str(path)
+
+    def _browser_alive(self) -> bool:
+        return bool(self._host and self._host.browser is not None and self._host.browser.is_connected())
+
+    # -- fork and clean-up ----------------------------------------------------------------------------
+    def fork(self) -> Env:
+        """An independent env in the same state, by replay on a new page (cost: see the module docstring)."""
+        return self.fork_by_replay()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Env:
+        return self.fork_by_replay()
+
+    def _close_context(self) -> None:
+        context, self._context, self.page = self._context, None, None
+        if context is not None:
+            with contextlib.suppress(Exception):
+                context.close()
+
+    def close(self) -> None:
+        """Closes the page and context; the process's browser closes when no env uses it any more."""
+        self._close_context()
+        if self._host is not None:
+            host, self._host = self._host, None
+            release_browser(host)

@@ -1,0 +1,56 @@
+"""The desktop apps' task generators, tool schemas, verifiers and scripted solvers, by app name.
+
+Each app module (``files``, ``mail``, ``todo``, ``sheet``, ``settings``) provides ``TOOLS`` (JSON schemas),
+``KINDS`` (task kinds), ``generate(rng, kind) -> data``, a pure ``verify(data, state, answer) -> RewardResult``
+and ``gui_solver(data)`` (a scripted GUI agent). ``data`` also carries ``api_gold`` (an API-only solution)
+and ``wrong`` (a deliberately wrong solution).
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from rlvr_gym.verifier import RewardResult
+from rlvr_gym_web.desktop import files, mail, settings, sheet, todo
+from rlvr_gym_web.desktop.common import GuiSolver
+
+APPS: dict[str, ModuleType] = {"files": files, "mail": mail, "todo": todo, "sheet": sheet, "settings": settings}
+
+
+def _module(app: str) -> ModuleType:
+    if app not in APPS:
+        raise ValueError(f"unknown app {app!r}; apps: {', '.join(APPS)}")
+    return APPS[app]
+
+
+def generate(app: str, seed: int, kind: str | None = None) -> dict[str, Any]:
+    """Generates one task's data for ``app`` from ``seed`` (the kind is drawn from the seed unless given).
+
+    Returns:
+        ``{"app", "kind", "instruction", "state", "expect", "api_gold", "wrong"}``.
+
+    Raises:
+        ValueError: for an unknown app or kind.
+    """
+    module = _module(app)
+    rng = np.random.default_rng(seed)
+    kind = kind or str(rng.choice(module.KINDS))
+    return {"app": app, "kind": kind, **module.generate(rng, kind)}
+
+
+def verify(data: dict[str, Any], state: dict[str, Any], answer: str | None) -> RewardResult:
+    """Scores the app's final ``state`` (and the ``answer`` text, for question tasks) against ``data``."""
+    return _module(data["app"]).verify(data, state, answer)  # type: ignore[no-any-return]
+
+
+def tool_schemas(app: str) -> list[dict[str, Any]]:
+    """The app's API tools as OpenAI-style function schemas."""
+    return list(_module(app).TOOLS)
+
+
+def gui_solver(data: dict[str, Any]) -> GuiSolver:
+    """A scripted GUI agent for the task (start with ``next()``, then ``send(observation)``)."""
+    return _module(data["app"]).gui_solver(data)  # type: ignore[no-any-return]

@@ -1,0 +1,88 @@
+"""The desktop-like app envs: our own small apps (HTML/JS in ``rlvr_gym_web/apps``) over ``file://``.
+
+Apps: a file manager (``files``), a mail client (``mail``), a to-do list with a calendar (``todo``), a
+spreadsheet-like table (``sheet``) and a settings panel (``settings``). Tasks are generated from seeds
+(:mod:`rlvr_gym_web.desktop.apps`); the task carries the app's initial state, which an init script hands to
+the page before its own scripts run.
+
+An agent may act through the GUI (clicks, fills, ...), through the app's API tools (``api.move_file(...)``,
+schemas in ``info["tools"]``), or both: ComputerRL's API-GUI paradigm (Lai et al., 2025, arXiv:2508.14040).
+API calls run the same JavaScript the GUI's handlers run, so either path changes the same state.
+
+The episode ends when the agent calls ``done()`` (or ``answer("...")`` for question tasks). The app state
+is then read from the page (``window.app.getState()``) and scored by the app's pure verifier over that
+state (:func:`rlvr_gym_web.desktop.apps.verify`). Reaching the turn limit ends it with reward 0.
+
+Version History:
+    v0: first version.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from rlvr_gym.verifier import RewardResult
+from rlvr_gym_web.actions import Action
+from rlvr_gym_web.base import BrowserEnv, ToolError
+from rlvr_gym_web.desktop import apps
+
+APPS_DIR = Path(__file__).resolve().parent.parent / "apps"
+
+
+class DesktopEnv(BrowserEnv):
+    """One desktop-like app in Chromium, with GUI and API actions. See the module docstring.
+
+    Args:
+        app: ``files``, ``mail``, ``todo``, ``sheet`` or ``settings``.
+        **kwargs: passed to :class:`rlvr_gym_web.base.BrowserEnv`.
+
+    Raises:
+        ValueError: for an unknown app.
+
+    Version History:
+        v0: first version.
+    """
+
+    max_turns = 30
+
+    def __init__(self, app: str = "files", **kwargs: Any) -> None:
+        if app not in apps.APPS:
+            raise ValueError(f"unknown app {app!r}; apps: {', '.join(apps.APPS)}")
+        super().__init__(**kwargs)
+        self.app = app
+
+    def _open(self, task: Any) -> str:
+        if task is None:
+            data = apps.generate(self.app, int(self.np_random.integers(0, 2**31 - 1)))
+        else:
+            data = task.data
+            if data.get("app") != self.app:
+                raise ValueError(f"task {task.id} is for app {data.get('app')!r}, this env runs {self.app!r}")
+        self.data = data
+        self.page.context.add_init_script(f"window.__RLVR_TASK__ = {json.dumps({'state': data['state']})};")
+        self.page.goto((APPS_DIR / f"{self.app}.html").as_uri())
+        self.page.wait_for_function("() => window.app !== undefined")
+        return str(data["instruction"])
+
+    def _tool_schemas(self) -> list[dict[str, Any]]:
+        return apps.tool_schemas(self.app)
+
+    def _call_tool(self, name: str, args: dict[str, Any]) -> str:
+        try:
+            result = self.page.evaluate("([tool, args]) => JSON.stringify(window.app.api[tool](args))", [name, args])
+        except Exception as error:  # noqa: BLE001 - the page's Error comes back as a Playwright Error
+            message = str(error).splitlines()[0].removeprefix("Error: ").removeprefix("Page.evaluate: Error: ")
+            raise ToolError(f"api.{name}: {message}") from None
+        return str(result)
+
+    def _verdict(self, action: Action | None) -> RewardResult | None:
+        if action is None or action.is_api or action.name not in ("done", "answer"):
+            return None
+        state = self.page.evaluate("() => window.app.getState()")
+        return apps.verify(self.data, state, action.args.get("text"))
+
+    def app_state(self) -> dict[str, Any]:
+        """The app's current state, as the verifier will see it."""
+        return dict(self.page.evaluate("() => window.app.getState()"))
