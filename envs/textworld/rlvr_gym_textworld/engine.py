@@ -125,10 +125,12 @@ def listing(names: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + f", and {items[-1]}"
 
 
-def describe_receptacle(state: WorldState, receptacle: str) -> str:
-    """What the agent sees at a receptacle: closed, or its lamps and objects."""
+def show_receptacle(state: WorldState, receptacle: str) -> str:
+    """What the agent sees at a receptacle: closed, or its lamps and objects (then the receptacle is added to
+    ``state.observed``, the receptacles whose contents the agent knows)."""
     if not state.accessible(receptacle):
         return f"The {receptacle} is closed."
+    state.observed.add(receptacle)
     seen = [lamp for lamp, host in state.house.lamps.items() if host == receptacle] + state.contents[receptacle]
     if receptacle in state.is_open:
         return f"The {receptacle} is open. In it, you see {listing(seen)}."
@@ -177,7 +179,7 @@ def _go(state: WorldState, target: str) -> Outcome:
     if state.location == target:
         return _invalid(f"You are already at the {target}.")
     state.location = target
-    return Outcome(f"You arrive at the {target}. {describe_receptacle(state, target)}")
+    return Outcome(f"You arrive at the {target}. {show_receptacle(state, target)}")
 
 
 def _at_receptacle(state: WorldState, receptacle: str, inside: bool) -> Outcome | None:
@@ -233,7 +235,7 @@ def _open_or_close(state: WorldState, rec: str, opening: bool) -> Outcome:
         return _invalid(f"The {rec} is already {'open' if opening else 'closed'}.")
     state.is_open[rec] = opening
     if opening:
-        return Outcome(f"You open the {rec}. {describe_receptacle(state, rec)}")
+        return Outcome(f"You open the {rec}. {show_receptacle(state, rec)}")
     return Outcome(f"You close the {rec}.")
 
 
@@ -267,7 +269,7 @@ def _treat(state: WorldState, verb: str, obj: str, rec: str) -> Outcome:
 
 def _examine(state: WorldState, target: str) -> Outcome:
     if target == state.location and target in state.house.receptacle_room:
-        return Outcome(describe_receptacle(state, target))
+        return Outcome(show_receptacle(state, target))
     if target == state.room:
         return Outcome(describe_room(state, arriving=False))
     if target in state.house.receptacle_room:
@@ -283,7 +285,7 @@ def _examine(state: WorldState, target: str) -> Outcome:
 def _look(state: WorldState) -> Outcome:
     if state.location == state.room:
         return Outcome(describe_room(state, arriving=False))
-    return Outcome(f"You are at the {state.location} in the {state.room}. {describe_receptacle(state, state.location)}")
+    return Outcome(f"You are at the {state.location} in the {state.room}. {show_receptacle(state, state.location)}")
 
 
 def _inventory(state: WorldState) -> Outcome:

@@ -74,9 +74,14 @@ class ALFWorldEnv(Env):
             raise RuntimeError("no world yet; call reset() first")
         return self.state
 
-    def oracle_action(self) -> str | None:
-        """The oracle's next command from the current state (None when the goal holds)."""
-        return oracle_next_action(self.world_state)
+    def oracle_action(self, explore: bool = False) -> str | None:
+        """The oracle's next command from the current state (None when the goal holds).
+
+        Args:
+            explore: when True the oracle uses only what the agent has seen and searches the rest (see
+                :mod:`rlvr_gym_textworld.oracle`); by default it is omniscient, like ALFWorld's expert.
+        """
+        return oracle_next_action(self.world_state, explore)
 
     def _reset(self, task: Task | None) -> tuple[str, dict[str, Any]]:
         self.state = self._generate(task)

@@ -1,4 +1,10 @@
-"""The oracle: an omniscient expert that solves every generated task, from any state.
+"""The oracle: an expert that solves every generated task, from any state.
+
+By default it is omniscient, like ALFWorld's expert: it walks straight to objects hidden in closed
+receptacles. With ``explore=True`` it only uses what the agent has seen (``WorldState.observed``: it knows the
+house's rooms and receptacle names, not their contents) and searches the unseen receptacles nearest first, so
+its choices are a function of the observation history: a better teacher for behaviour cloning, at the price
+of longer episodes.
 
 :func:`oracle_next_action` replans from scratch on every call, so it recovers from any detour (an agent's
 mistake, a random injected action): it drops a wrong object, reopens what was closed, fetches a new goal
@@ -23,11 +29,12 @@ class OracleError(RuntimeError):
     """The oracle produced an impossible command or did not reach the goal (a bug in the oracle)."""
 
 
-def oracle_next_action(state: WorldState) -> str | None:
+def oracle_next_action(state: WorldState, explore: bool = False) -> str | None:
     """The expert's next command from ``state``, or None when the goal already holds.
 
     Args:
         state: any reachable state of an episode (not modified).
+        explore: use only what the agent has observed (search unseen receptacles) instead of omniscience.
 
     Returns:
         A command that is admissible in ``state``, on a shortest-in-practice path to the goal.
@@ -35,19 +42,20 @@ def oracle_next_action(state: WorldState) -> str | None:
     if verify(state.goal, state).success:
         return None
     if state.goal.task_type == "look_at_obj_in_light":
-        return _next_for_light(state)
-    return _next_for_placement(state)
+        return _next_for_light(state, explore)
+    return _next_for_placement(state, explore)
 
 
-def oracle_plan(state: WorldState, max_steps: int = MAX_PLAN_STEPS) -> list[str]:
-    """The gold trajectory: the oracle's commands from ``state`` (not modified) until the goal holds.
+def oracle_plan(state: WorldState, max_steps: int = MAX_PLAN_STEPS, explore: bool = False) -> list[str]:
+    """The gold trajectory: the oracle's commands from ``state`` (not modified) until the goal holds
+    (``explore`` as in :func:`oracle_next_action`).
 
     Raises:
         OracleError: if a command fails or the goal is not reached within ``max_steps``.
     """
     state = state.copy()
     actions: list[str] = []
-    while (action := oracle_next_action(state)) is not None:
+    while (action := oracle_next_action(state, explore)) is not None:
         outcome = apply_command(state, action)
         if outcome.failure is not None:
             raise OracleError(f"oracle command {action!r} failed: {outcome.observation}")
@@ -105,9 +113,22 @@ def _reach(state: WorldState, receptacle: str, action: str, inside: bool = True)
     return action
 
 
-def _fetch(state: WorldState, candidates: list[str]) -> str:
-    """The next step toward picking up the nearest of ``candidates`` (hands empty)."""
+def _explore(state: WorldState) -> str:
+    """The next step toward seeing inside the nearest receptacle not yet seen."""
+    unseen = [r for r in state.house.receptacles() if r not in state.observed]
+    assert unseen, "some receptacle holds what is searched for, so it cannot have been seen"
+    nearest = min(unseen, key=lambda r: _distance_key(state, r))
+    return _reach(state, nearest, f"examine {nearest}")
+
+
+def _fetch(state: WorldState, candidates: list[str], explore: bool) -> str:
+    """The next step toward picking up the nearest of ``candidates`` (hands empty); when exploring, the
+    nearest one seen so far, or the next receptacle to search."""
     assert candidates, "the generator always leaves an object of the goal type to fetch"
+    if explore:
+        candidates = [o for o in candidates if state.where(o) in state.observed]
+        if not candidates:
+            return _explore(state)
     located = [(state.where(obj), obj) for obj in candidates]
     receptacle, obj = min(located, key=lambda pair: (_distance_key(state, str(pair[0])), natural_key(pair[1])))
     assert receptacle is not None
@@ -122,7 +143,7 @@ def _drop(state: WorldState) -> str:
     return _reach(state, here, f"put {held} {preposition(entity_type(here))} {here}")
 
 
-def _next_for_placement(state: WorldState) -> str:
+def _next_for_placement(state: WorldState, explore: bool) -> str:
     goal, house = state.goal, state.house
     targets = [r for r in house.receptacles() if entity_type(r) == goal.receptacle_type]
     target = min(targets, key=lambda r: (-sum(satisfies(goal, state, o) for o in state.contents[r]), natural_key(r)))
@@ -132,7 +153,7 @@ def _next_for_placement(state: WorldState) -> str:
     if held is None:
         placed = {o for o in state.contents[target] if satisfies(goal, state, o)}
         candidates = [o for o in house.objects if entity_type(o) == goal.object_type and o != held]
-        return _fetch(state, [o for o in candidates if o not in placed])
+        return _fetch(state, [o for o in candidates if o not in placed], explore)
     if goal.treatment is not None and not state.has(held, goal.treatment):
         kind = APPLIANCE[goal.treatment]
         appliance = min(
@@ -142,13 +163,17 @@ def _next_for_placement(state: WorldState) -> str:
     return _reach(state, target, f"put {held} {preposition(entity_type(target))} {target}")
 
 
-def _next_for_light(state: WorldState) -> str:
+def _next_for_light(state: WorldState, explore: bool) -> str:
     goal, house = state.goal, state.house
     held = state.holding
     if held is not None and entity_type(held) != goal.object_type:
         return _drop(state)
     if held is None:
-        return _fetch(state, [o for o in house.objects if entity_type(o) == goal.object_type])
+        return _fetch(state, [o for o in house.objects if entity_type(o) == goal.object_type], explore)
     lamps = [lamp for lamp in house.lamps if entity_type(lamp) == goal.lamp_type]
+    if explore:
+        lamps = [lamp for lamp in lamps if house.lamps[lamp] in state.observed]
+        if not lamps:
+            return _explore(state)
     lamp = min(lamps, key=lambda lp: (not state.lamp_on[lp], _distance_key(state, house.lamps[lp]), natural_key(lp)))
     return _reach(state, house.lamps[lamp], f"use {lamp}", inside=False)

@@ -249,6 +249,8 @@ class WorldState:
         is_open: openable receptacle -> whether it is open.
         lamp_on: lamp -> whether it is switched on.
         clean / hot / cool: the objects in that state.
+        observed: the receptacles whose inside the agent has seen (it knows their contents, since only the
+            agent moves objects); used by the exploring oracle.
     """
 
     house: House
@@ -262,6 +264,7 @@ class WorldState:
     clean: set[str] = dataclasses.field(default_factory=set)
     hot: set[str] = dataclasses.field(default_factory=set)
     cool: set[str] = dataclasses.field(default_factory=set)
+    observed: set[str] = dataclasses.field(default_factory=set)
 
     def copy(self) -> WorldState:
         """An independent copy of the mutable part; the house and goal (immutable) are shared."""
@@ -277,6 +280,7 @@ class WorldState:
             set(self.clean),
             set(self.hot),
             set(self.cool),
+            set(self.observed),
         )
 
     def where(self, obj: str) -> str | None:
