@@ -318,7 +318,9 @@ class ToolEnv(Env):
     """Base of envs whose actions are tool calls and a final answer.
 
     Subclasses implement :meth:`_start` (the prompt and tools of a task) and :meth:`_verify_answer`; they may
-    override :meth:`_handle_calls` when calls are the submission rather than something to run.
+    override :meth:`_handle_calls` when calls are the submission rather than something to run,
+    :meth:`_handle_answer` when an answer does not end the episode (several user turns), and
+    :meth:`_run_tool` to dispatch calls to a back-end instead of ``Tool.function``.
 
     Args:
         max_turns: the turn limit.
@@ -377,8 +379,12 @@ class ToolEnv(Env):
             obs = f"Invalid action: {parsed.failure.message}."
             return StepResult(obs, 0.0, False, False, _info(1, 1, parsed.failure))
         if parsed.kind == "answer":
-            return self._finish(self._verify_answer(parsed.answer or ""), tool_calls=0)
+            return self._handle_answer(parsed.answer or "")
         return self._handle_calls(list(parsed.calls))
+
+    def _handle_answer(self, answer: str) -> StepResult:
+        """Ends the episode with the verified answer. Envs with several user turns override this."""
+        return self._finish(self._verify_answer(answer), tool_calls=0)
 
     def _handle_calls(self, calls: list[ToolCall]) -> StepResult:
         """Validates and runs the calls in order; one observation holds every response."""

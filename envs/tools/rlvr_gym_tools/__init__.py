@@ -24,3 +24,17 @@ register(
     max_turns=6,
     default_suite="tools/math_test",
 )
+register(
+    "tools/BFCL-v0",
+    "rlvr_gym_tools.bfcl.single_turn:BFCLEnv",
+    description="Berkeley Function Calling Leaderboard single-turn tasks (bfcl-eval wheel), scored by AST match.",
+    max_turns=2,
+    default_suite="tools/bfcl_simple_python",
+)
+register(
+    "tools/BFCLMultiTurn-v0",
+    "rlvr_gym_tools.bfcl.multi_turn:BFCLMultiTurnEnv",
+    description="BFCL multi-turn conversations on the wheel's stateful back-ends, checked on state and results.",
+    max_turns=60,
+    default_suite="tools/bfcl_multi_turn_base",
+)
