@@ -7,7 +7,7 @@ Commands::
     rlvr-gym check --all                              ... on every registered env
     rlvr-gym play ENV_ID [--seed S] [--suite S] [--task ID]
                                                       play an episode in the terminal (`:q` quits)
-    rlvr-gym eval --agent AGENT --suite family/suite [-k 8] [--limit N] [--out DIR]
+    rlvr-gym eval --agent AGENT --suite family/suite [-k 8] [--limit N] [--out DIR] [--workers N]
                                                       evaluate an agent; writes report.{json,md,png}
     rlvr-gym train RECIPE [key=value ...]             train (delegates to rlvr_gym_agents)
 
@@ -21,10 +21,11 @@ Exit codes: 0 ok, 1 a check failed, 2 usage error (bad arguments, unknown env id
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import inspect
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ from rich.markup import escape
 from rich.table import Table
 
 import rlvr_gym
+from rlvr_gym.core import Env
 from rlvr_gym.registry import UnknownEnvError
 from rlvr_gym.reporting import format_value
 from rlvr_gym.tasks import Task, TaskFileError
@@ -96,6 +98,8 @@ def _add_eval_parser(commands: Any) -> None:
     evaluate.add_argument("--split", choices=["train", "dev", "test"], help="only tasks of this split")
     evaluate.add_argument("--out", help="report folder (default runs/eval/<suite>-<agent>)")
     evaluate.add_argument("--max-parallel", type=int, default=16, help="episodes in flight for batch agents")
+    evaluate.add_argument("--workers", type=int, default=0,
+                          help="run heavy envs (web/*) in a Ray pool of this many workers (default 0: in-process)")
     evaluate.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (model agents)")
     evaluate.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling p (model agents)")
     evaluate.add_argument("--seed", type=int, default=0, help="seed of the random agent / sampling")
@@ -243,8 +247,8 @@ def cmd_eval(args: argparse.Namespace, console: Console) -> int:
     """Evaluates an agent on a suite, prints the metrics and writes report.json, report.md, report.png."""
     from rlvr_gym.evaluation import evaluate
 
-    if args.k < 1 or (args.limit is not None and args.limit < 1) or args.max_parallel < 1:
-        raise UsageError("-k, --limit and --max-parallel must be >= 1")
+    if args.k < 1 or (args.limit is not None and args.limit < 1) or args.max_parallel < 1 or args.workers < 0:
+        raise UsageError("-k, --limit and --max-parallel must be >= 1, --workers >= 0")
     suite = rlvr_gym.load_suite(args.suite)
     tasks = suite.filter(split=args.split).tasks[: args.limit]
     if not tasks:
@@ -253,14 +257,27 @@ def cmd_eval(args: argparse.Namespace, console: Console) -> int:
         rlvr_gym.spec(env_id)
     agent = load_agent(args.agent, temperature=args.temperature, top_p=args.top_p, seed=args.seed)
     console.print(f"evaluating {args.agent} on {len(tasks)} task(s) of {args.suite}, k={args.k}")
-    report = evaluate(agent, tasks, k=args.k, max_parallel=args.max_parallel, progress=True)
+    with _env_factory(args.workers) as env_factory:
+        report = evaluate(agent, tasks, k=args.k, env_factory=env_factory, max_parallel=args.max_parallel)
     report.config = {"agent": args.agent, "suite": args.suite, "k": args.k, "num_tasks": len(tasks),
-                     "temperature": args.temperature, "top_p": args.top_p, "seed": args.seed}
+                     "temperature": args.temperature, "top_p": args.top_p, "seed": args.seed, "workers": args.workers}
     _print_metrics(report.metrics, console)
     out = Path(args.out or Path("runs") / "eval" / f"{_slug(args.suite)}-{_slug(args.agent)}")
     paths = report.save(out)
     console.print("wrote " + ", ".join(str(p) for p in paths.values()))
     return EXIT_OK
+
+
+@contextlib.contextmanager
+def _env_factory(num_workers: int) -> Iterator[Callable[[str], Env]]:
+    """``rlvr_gym.make``, or the ``make`` of a Ray :class:`rlvr_gym.workers.EnvPool` closed on exit."""
+    if num_workers <= 0:
+        yield rlvr_gym.make
+        return
+    from rlvr_gym.workers import EnvPool
+
+    with EnvPool(num_workers=num_workers) as pool:
+        yield pool.make
 
 
 def load_agent(spec: str, **sampling: Any) -> Any:

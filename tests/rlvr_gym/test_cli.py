@@ -8,7 +8,7 @@ import sys
 import types
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import pytest
 
@@ -166,3 +166,29 @@ def test_play_quits_on_colon_q_and_eof(monkeypatch: pytest.MonkeyPatch, capsys: 
     assert main(["play", "testing/Echo-v0"]) == 0
     assert main(["play", "testing/Echo-v0", "--task", "nope"]) == 2
     assert "no task 'nope'" in capsys.readouterr().out
+
+
+def test_eval_workers_use_an_env_pool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import rlvr_gym
+    import rlvr_gym.workers
+
+    events: list[str] = []
+
+    class FakePool:
+        def __init__(self, num_workers: int) -> None:
+            events.append(f"start {num_workers}")
+
+        def __enter__(self) -> Self:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            events.append("close")
+
+        def make(self, env_id: str) -> Any:
+            events.append(f"make {env_id}")
+            return rlvr_gym.make(env_id)
+
+    monkeypatch.setattr(rlvr_gym.workers, "EnvPool", FakePool)
+    assert main(["eval", "--agent", "gold", "--suite", "testing/echo", "--limit", "2", "--workers", "3",
+                 "--out", str(tmp_path)]) == 0
+    assert events == ["start 3", "make testing/Echo-v0", "make testing/Echo-v0", "close"]
