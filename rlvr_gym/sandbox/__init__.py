@@ -9,6 +9,10 @@ Usage::
                      limits=SandboxLimits(timeout_s=5, memory_limit_mb=512), collect=["out.txt"])
     result.ok, result.stdout, result.failure()
 
+Interactive runs: ``box.spawn(argv, files=..., limits=...)`` (bwrap and subprocess back-ends) returns a
+:class:`SandboxSession` to exchange lines with the process through its stdin/stdout under the same limits;
+the code envs use it to keep hidden tests outside the sandbox.
+
 Every run gets a fresh private work dir (its current directory) holding ``files``; the dir is deleted after
 the run. Limits are parameters with units (:class:`SandboxLimits`); a run that hits one reports it in
 ``SandboxResult.killed_by`` / ``timed_out`` and as a typed :class:`rlvr_gym.Failure` from
@@ -54,6 +58,7 @@ from rlvr_gym.sandbox.base import (
     Sandbox,
     SandboxLimits,
     SandboxResult,
+    SandboxSession,
     SandboxUnavailableError,
 )
 
@@ -115,6 +120,7 @@ __all__ = [
     "Sandbox",
     "SandboxLimits",
     "SandboxResult",
+    "SandboxSession",
     "SandboxUnavailableError",
     "get_sandbox",
 ]

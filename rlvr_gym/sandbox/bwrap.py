@@ -14,6 +14,7 @@ from rlvr_gym.sandbox.base import (
     DEFAULT_LIMITS,
     SandboxLimits,
     SandboxResult,
+    SandboxSession,
     SandboxUnavailableError,
     classify_exit,
     collect_files,
@@ -28,6 +29,7 @@ HOST_UID_BASE = 1_000_000_000
 """Runs started as root use a fresh host uid in ``[HOST_UID_BASE, HOST_UID_BASE + 2**24)``, so the process
 limit of one run is not shared with concurrent runs (RLIMIT_NPROC counts per host uid)."""
 WORKDIR_MOUNT = "/workspace"
+_LAUNCHER_ENV = {"PATH": "/usr/bin:/bin"}
 _ETC_ENTRIES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime", "mime.types")
 _BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": WORKDIR_MOUNT, "LANG": "C.UTF-8",
              "PYTHONDONTWRITEBYTECODE": "1", "TMPDIR": "/tmp"}
@@ -88,7 +90,7 @@ class BwrapSandbox:
             cmd = self._command(argv, workdir, limits, env or {}, host_uid)
             outcome = run_process_tree(
                 cmd, stdin=stdin, timeout_s=limits.timeout_s, output_limit_bytes=limits.output_limit_bytes,
-                env={"PATH": "/usr/bin:/bin"}, user=host_uid if os.geteuid() == 0 else None,
+                env=_LAUNCHER_ENV, user=host_uid if os.geteuid() == 0 else None,
             )
             stdout = outcome.stdout.decode("utf-8", "replace")
             stderr = outcome.stderr.decode("utf-8", "replace")
@@ -102,6 +104,32 @@ class BwrapSandbox:
             )
         finally:
             remove_tree(workdir)
+
+    def spawn(
+        self,
+        argv: Sequence[str],
+        *,
+        files: Mapping[str, str | bytes] = {},
+        limits: SandboxLimits = DEFAULT_LIMITS,
+        env: Mapping[str, str] | None = None,
+    ) -> SandboxSession:
+        """Starts ``argv`` like :meth:`run` but returns at once with a :class:`SandboxSession` to talk to it
+        through stdin/stdout. The caller must ``close()`` it (or use it as a context manager).
+
+        Raises:
+            ValueError: on an empty ``argv`` or a file path that leaves the work dir.
+        """
+        if not argv:
+            raise ValueError("argv must name a command, got an empty list")
+        host_uid = _host_uid()
+        workdir = make_workdir(files, host_uid, self.workdir_root)
+        try:
+            cmd = self._command(argv, workdir, limits, env or {}, host_uid)
+            user = host_uid if os.geteuid() == 0 else None
+            return SandboxSession(cmd, limits, workdir, user, _LAUNCHER_ENV, signal_offset=True)
+        except BaseException:
+            remove_tree(workdir)
+            raise
 
     def _command(
         self, argv: Sequence[str], workdir: Path, limits: SandboxLimits, env: Mapping[str, str], host_uid: int

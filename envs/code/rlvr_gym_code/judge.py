@@ -1,0 +1,307 @@
+"""The Python judge: hidden tests run outside the sandbox and call the candidate inside it.
+
+Why this shape (reward-hacking defences, see ``reference/environments.md`` §4.3):
+
+* The candidate program runs in a bubblewrap sandbox (:mod:`rlvr_gym.sandbox`) under the call worker
+  (:mod:`rlvr_gym_code.worker`). The tests never enter the sandbox: they run here, in the judge, and each
+  ``candidate(...)`` call in them is a remote call (:class:`RemoteFunction`). The candidate cannot read,
+  patch or skip the tests, the ``assert`` statement, the builtins or the runner, because none of them are in
+  its process.
+* Values come back through :mod:`rlvr_gym_code.codec`, which builds builtin types only: an object with an
+  always-true ``__eq__`` cannot arrive.
+* The worker must answer the load request with a fresh random nonce before any test runs; ``sys.exit(0)``,
+  ``os._exit(0)``, ``atexit`` or ``excepthook`` tricks end the worker, and a dead worker fails every call.
+  Nothing the candidate prints is parsed for a verdict (its prints go to a log file).
+* The verdict needs the test function to return normally after at least one assertion held and at least
+  one call reached the candidate; assertions are counted by an instrumented copy of the test code, which is
+  compiled with ``optimize=0`` so ``python -O`` cannot strip them.
+
+The test and setup code come from the task suite (trusted data) and run in this process; candidate code
+never runs outside the sandbox.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import dataclasses
+import functools
+import importlib.resources
+import secrets
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from rlvr_gym import Failure, FailureKind
+from rlvr_gym.sandbox import Sandbox, SandboxLimits, SandboxSession, get_sandbox
+from rlvr_gym_code import codec
+
+PYTHON = "python3"
+"""The interpreter inside the sandbox (the system Python, ``/usr/bin/python3``), run with ``-I -S``: isolated
+mode, standard library only (no site-packages), which also saves start-up time."""
+DEFAULT_LIMITS = SandboxLimits(timeout_s=10.0, cpu_time_s=10, memory_limit_mb=1024, output_limit_bytes=16384)
+WORKER_FILE = "_rlvr_worker.py"
+SOLUTION_FILE = "solution.py"
+LOG_FILE = "output.log"
+_COUNTER = "__rlvr_assert_reached__"
+AST_LOCK = threading.Lock()
+"""Serialises ``ast.parse``: CPython 3.11's AST constructor is not thread-safe ("AST constructor recursion
+depth mismatch", python/cpython#106905), and :func:`judge_many` judges from several threads."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PythonTests:
+    """Hidden tests for one Python task.
+
+    Attributes:
+        entry_point: the function the tests call (``candidate`` in the test code is bound to it).
+        test_source: trusted code defining ``check(candidate)`` (HumanEval convention).
+        setup_source: trusted code run first in the judge's namespace (e.g. the HumanEval prompt, whose
+            helper functions the tests use).
+    """
+
+    entry_point: str
+    test_source: str
+    setup_source: str = ""
+
+
+@dataclasses.dataclass
+class JudgeReport:
+    """The verdict on one program.
+
+    Attributes:
+        passed: every test ran and held.
+        num_asserts: assertions reached (the failing one included).
+        num_calls: calls that reached the candidate.
+        reason: what happened, written for the agent (the failing assertion, the candidate's error, ...).
+        failure: a typed failure when the run itself broke (parse error, timeout, sandbox error), else None.
+        output: the tail of what the candidate printed.
+        duration_s: wall-clock seconds of the whole judgement.
+    """
+
+    passed: bool
+    num_asserts: int = 0
+    num_calls: int = 0
+    reason: str = ""
+    failure: Failure | None = None
+    output: str = ""
+    duration_s: float = 0.0
+
+
+class CandidateError(BaseException):
+    """The candidate could not answer a call (it died, timed out, or sent a malformed reply).
+
+    Derives from BaseException so test code's ``except Exception`` cannot swallow it."""
+
+    def __init__(self, message: str, failure: Failure | None = None) -> None:
+        super().__init__(message)
+        self.failure = failure
+
+
+class RemoteFunction:
+    """A callable standing for the candidate's function; each call is a round trip to the sandbox.
+
+    Exceptions the candidate raises come back as the builtin exception of the same name when there is one
+    (so tests that expect ``ValueError`` work), else as :class:`CandidateError`.
+    """
+
+    def __init__(self, session: SandboxSession, name: str) -> None:
+        self.session = session
+        self.name = name
+        self.num_calls = 0
+        self.dead: CandidateError | None = None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.dead is not None:
+            raise self.dead
+        self.num_calls += 1
+        request = {"id": self.num_calls, "fn": self.name, "args": codec.encode(list(args)),
+                   "kwargs": codec.encode(list(kwargs.items()))}
+        if not self.session.write(codec.dumps(request)):
+            self._die("the candidate stopped reading its calls (it exited, hung or timed out)")
+        line = self.session.read_line()
+        if line is None:
+            self._die("the candidate's process ended or timed out during a call")
+        try:
+            reply = codec.loads(line)  # type: ignore[arg-type]
+            if reply.get("id") != self.num_calls:
+                raise codec.CodecError("reply out of order")
+            if "error" in reply:
+                raise _candidate_exception(reply)
+            return codec.decode(reply["value"])
+        except (codec.CodecError, KeyError) as error:
+            self._die(f"the candidate sent a malformed reply ({error})")
+
+    def _die(self, message: str) -> None:
+        kind = FailureKind.TIMEOUT if self.session.timed_out else FailureKind.SANDBOX_ERROR
+        self.dead = CandidateError(message, Failure(kind, message))
+        raise self.dead
+
+
+def _candidate_exception(reply: dict[str, Any]) -> BaseException:
+    name, message = str(reply.get("error")), str(reply.get("message", ""))
+    described = f"{name}: {message}\n{reply.get('traceback', '')}".strip()
+    exception_type = getattr(builtins, name, None)
+    if isinstance(exception_type, type) and issubclass(exception_type, Exception):
+        error = exception_type(message)
+        error.add_note(f"raised by the candidate:\n{described}")
+        return error
+    return CandidateError(f"the candidate raised {described}")
+
+
+@functools.lru_cache(maxsize=512)
+def instrument_tests(test_source: str) -> Any:
+    """Compiles test code with a counter call before every ``assert`` (``optimize=0``: never stripped).
+
+    Raises:
+        SyntaxError: when the test code itself does not parse (a broken task, not a candidate fault).
+    """
+    with AST_LOCK:
+        tree = ast.parse(test_source)
+
+    class _CountAsserts(ast.NodeTransformer):
+        def visit_Assert(self, node: ast.Assert) -> list[ast.stmt]:
+            call = ast.Expr(ast.Call(ast.Name(_COUNTER, ast.Load()), [ast.Constant(node.lineno)], []))
+            return [ast.copy_location(call, node), node]
+
+    with AST_LOCK:
+        tree = ast.fix_missing_locations(_CountAsserts().visit(tree))
+        return compile(tree, "<hidden tests>", "exec", optimize=0)
+
+
+@functools.cache
+def worker_source() -> str:
+    """The worker script shipped into the sandbox: the codec's source followed by the worker's."""
+    package = importlib.resources.files("rlvr_gym_code")
+    return (package / "codec.py").read_text() + "\n\n" + (package / "worker.py").read_text()
+
+
+def check_syntax(program: str) -> str | None:
+    """Returns None when ``program`` parses as Python, else the error, formatted for the agent."""
+    try:
+        with AST_LOCK:
+            ast.parse(program)
+    except SyntaxError as error:
+        return f"SyntaxError: {error.msg} (line {error.lineno})"
+    except (ValueError, RecursionError, MemoryError) as error:
+        return f"the program cannot be parsed: {type(error).__name__}"
+    return None
+
+
+def judge_python(
+    program: str,
+    tests: PythonTests,
+    *,
+    sandbox: Sandbox | None = None,
+    limits: SandboxLimits = DEFAULT_LIMITS,
+) -> JudgeReport:
+    """Runs the hidden ``tests`` against ``program`` (Python source) and returns the verdict.
+
+    Args:
+        program: the candidate's complete module source; it must define ``tests.entry_point``.
+        tests: the hidden tests.
+        sandbox: a back-end with ``spawn`` (bwrap or subprocess); default :func:`get_sandbox`.
+        limits: limits of the candidate's sandbox; ``timeout_s`` bounds the whole judgement.
+
+    Raises:
+        SyntaxError: when the *test* code does not parse (the task is broken).
+    """
+    start = time.monotonic()
+    syntax_error = check_syntax(program)
+    if syntax_error is not None:
+        failure = Failure(FailureKind.PARSE_ERROR, syntax_error)
+        return JudgeReport(False, reason=syntax_error, failure=failure)
+    code = instrument_tests(tests.test_source)
+    box = sandbox or get_sandbox()
+    session = box.spawn(  # type: ignore[attr-defined]
+        [PYTHON, "-I", "-S", WORKER_FILE], files={WORKER_FILE: worker_source(), SOLUTION_FILE: program}, limits=limits
+    )
+    report = JudgeReport(False)
+    try:
+        _run_tests(session, tests, code, report)
+    finally:
+        result = session.close(collect=[LOG_FILE])
+        report.output = result.files.get(LOG_FILE, b"")[-4000:].decode("utf-8", "replace")
+        report.duration_s = time.monotonic() - start
+    return report
+
+
+def _run_tests(session: SandboxSession, tests: PythonTests, code: Any, report: JudgeReport) -> None:
+    nonce = secrets.token_hex(16)
+    ready = session.write(codec.dumps({"load": SOLUTION_FILE, "nonce": nonce})) and session.read_line()
+    if not _is_ready(ready, nonce, report, session):
+        return
+    proxy = RemoteFunction(session, tests.entry_point)
+    reached: list[int] = []
+    namespace: dict[str, Any] = {"__name__": "__rlvr_tests__"}
+    with AST_LOCK:
+        setup = compile(tests.setup_source, "<task setup>", "exec", optimize=0)
+    exec(setup, namespace)  # noqa: S102  (trusted task data, never candidate code)
+    namespace[_COUNTER] = reached.append
+    exec(code, namespace)  # noqa: S102  (trusted task data: defines check)
+    namespace[tests.entry_point] = proxy
+    try:
+        namespace["check"](proxy)
+    except CandidateError as error:
+        report.reason, report.failure = str(error), error.failure
+    except AssertionError as error:
+        report.reason = _assertion_reason(tests.test_source, reached, error)
+    except Exception as error:  # noqa: BLE001  (the test code failed on the candidate's output)
+        report.reason = f"a test failed with {type(error).__name__}: {error}"
+    else:
+        report.passed = bool(reached) and proxy.num_calls > 0
+        report.reason = f"all {len(reached)} assertions held" if report.passed else "no test reached the candidate"
+    report.num_asserts, report.num_calls = len(reached), proxy.num_calls
+
+
+def _is_ready(line: bytes | bool | None, nonce: str, report: JudgeReport, session: SandboxSession) -> bool:
+    if not line:
+        kind = FailureKind.TIMEOUT if session.timed_out else FailureKind.SANDBOX_ERROR
+        report.reason = "the program did not finish loading (it exited, hung or timed out before any test)"
+        report.failure = Failure(kind, report.reason)
+        return False
+    try:
+        message = codec.loads(line)  # type: ignore[arg-type]
+    except codec.CodecError:
+        message = {}
+    if "load_error" in message:
+        report.reason = f"the program raised while loading:\n{str(message['load_error'])[-2000:]}"
+        return False
+    if message.get("ready") != nonce:
+        report.reason = "the program's process answered the load request with something else"
+        report.failure = Failure(FailureKind.SANDBOX_ERROR, report.reason)
+        return False
+    return True
+
+
+def _assertion_reason(test_source: str, reached: list[int], error: AssertionError) -> str:
+    lines = test_source.splitlines()
+    line_no = reached[-1] if reached else 0
+    statement = lines[line_no - 1].strip() if 0 < line_no <= len(lines) else "?"
+    notes = "\n".join(getattr(error, "__notes__", []))
+    return f"test failed (assertion {len(reached)}): {statement}" + (f"\n{notes}" if notes else "")
+
+
+def judge_many(
+    jobs: Sequence[tuple[str, PythonTests]],
+    *,
+    sandbox: Sandbox | None = None,
+    limits: SandboxLimits = DEFAULT_LIMITS,
+    max_workers: int = 4,
+    progress: Callable[[int], None] | None = None,
+) -> list[JudgeReport]:
+    """Judges many ``(program, tests)`` pairs, each in its own sandbox, ``max_workers`` at a time.
+
+    Threads suffice: a judgement mostly waits on its sandboxed process.
+    """
+    box = sandbox or get_sandbox()
+    with ThreadPoolExecutor(max_workers=max_workers) as pool:
+        futures = [pool.submit(judge_python, program, tests, sandbox=box, limits=limits) for program, tests in jobs]
+        reports = []
+        for index, future in enumerate(futures):
+            reports.append(future.result())
+            if progress is not None:
+                progress(index + 1)
+    return reports

@@ -1,0 +1,132 @@
+"""HumanEval envs, the judge, the codec, code extraction and mutants."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from rlvr_gym_code import codec
+from rlvr_gym_code.extract import extract_code
+from rlvr_gym_code.humaneval import assemble_program, humaneval_tests, load_humaneval
+from rlvr_gym_code.judge import judge_many, judge_python
+from rlvr_gym_code.mutants import mutate
+
+import rlvr_gym
+from rlvr_gym import FailureKind, load_suite
+
+SAMPLE = 20  # problems in the fast tier; the full 164 run is marked slow
+
+
+@pytest.fixture(scope="module")
+def problems() -> list[dict]:
+    return load_humaneval()
+
+
+def test_extract_code() -> None:
+    assert extract_code("Here:\n```python\nx = 1\n```\nand\n```python\ny = 2\n```") == "y = 2"
+    assert extract_code("```\nplain\n```") == "plain"
+    assert extract_code("```bash\nls\n```\n```py\nz = 3\n```") == "z = 3"
+    assert extract_code("```python\nunclosed = True\n") == "unclosed = True"
+    assert extract_code("def f():\n    return 1\n") == "def f():\n    return 1"
+    assert extract_code("```js\nvar a;\n```") == "var a;"
+
+
+def test_codec_round_trip_and_strictness() -> None:
+    value = [1, 2.5, "s", None, True, (1, 2), {"k": [3]}, {4, 5}, frozenset({6}), b"\x00", 1 + 2j, float("inf")]
+    back = codec.decode(codec.loads(codec.dumps({"v": codec.encode(value)}))["v"])
+    assert back == value and type(back[5]) is tuple and type(back[7]) is set
+    assert math.isnan(codec.decode(codec.loads(codec.dumps({"v": codec.encode(float("nan"))}))["v"]))
+    for bad in ({"x": 1}, {"l": 1}, {"d": [[{"l": []}, 1]]}, {"l": [], "t": []}, [1, 2]):
+        with pytest.raises(codec.CodecError):
+            codec.decode(bad)
+    with pytest.raises(codec.CodecError):
+        codec.encode(object())
+    with pytest.raises(codec.CodecError):
+        codec.loads(b"1" * 5000)  # an integer longer than Python's 4300-digit limit
+
+
+def test_assemble_program_accepts_full_function_or_completion(problems) -> None:  # type: ignore[no-untyped-def]
+    p = problems[0]
+    body = p["canonical_solution"]
+    full = "def has_close_elements(numbers, threshold):\n    return any(abs(a - b) < threshold for i, a in " \
+           "enumerate(numbers) for b in numbers[i + 1:])\n"
+    assert assemble_program(p["prompt"], p["entry_point"], body) == p["prompt"] + body
+    assert assemble_program(p["prompt"], p["entry_point"], full).startswith(p["prompt"])
+    assert judge_python(assemble_program(p["prompt"], p["entry_point"], full), humaneval_tests(p)).passed
+
+
+def test_mutants() -> None:
+    src = "def f(x):\n    '''doc'''\n    if x < 3:\n        return x + 1\n    return 0\n"
+    # breadth-first: the top-level `return 0` comes before the constants nested in the `if`
+    assert mutate(src, "f", "off_by_one") == "def f(x):\n    \"\"\"doc\"\"\"\n    if x < 3:\n        return x + 1\n    return 1"
+    assert "x <= 3" in mutate(src, "f", "flip_compare")  # type: ignore[operator]
+    assert "x - 1" in mutate(src, "f", "swap_arith")  # type: ignore[operator]
+    assert mutate(src, "f", "return_none").endswith("return None")  # type: ignore[union-attr]
+    assert mutate(src, "g", "off_by_one") is None
+    with pytest.raises(ValueError, match="unknown mutation"):
+        mutate(src, "f", "delete")
+
+
+def test_canonical_pass_and_wrong_fail_on_a_sample() -> None:
+    suite = load_suite("code/humaneval")
+    sample = [suite[i] for i in range(0, len(suite), len(suite) // SAMPLE)][:SAMPLE]
+    gold = judge_many([(_program(t, t.gold[0]), humaneval_tests(t.data)) for t in sample])  # type: ignore[index]
+    wrong = judge_many([(_program(t, t.wrong[0]), humaneval_tests(t.data)) for t in sample])  # type: ignore[index]
+    assert [r.passed for r in gold] == [True] * len(sample), [r.reason for r in gold if not r.passed]
+    assert [r.passed for r in wrong] == [False] * len(sample)
+    assert all(r.num_asserts >= 1 and r.num_calls >= 1 for r in gold)
+
+
+def _program(task: rlvr_gym.Task, action: str) -> str:
+    return assemble_program(task.data["prompt"], task.data["entry_point"], extract_code(action))
+
+
+def test_single_turn_env_rewards_and_feedback() -> None:
+    suite = load_suite("code/humaneval")
+    env = rlvr_gym.make("code/HumanEval-v0")
+    obs, info = env.reset(options={"task": suite[0]})
+    assert "has_close_elements" in obs and "check(" not in obs  # the hidden tests are not shown
+    _, reward, terminated, truncated, info = env.step(suite[0].gold[0])  # type: ignore[index]
+    assert (reward, terminated, truncated, info["success"]) == (1.0, True, False, True)
+    assert info["reward_details"]["components"]["passed"] == 1.0
+    env.reset(options={"task": suite[0]})
+    obs, reward, terminated, _, info = env.step("I don't know")
+    assert reward == 0.0 and terminated and info["failure"].kind is FailureKind.PARSE_ERROR
+    env.close()
+
+
+def test_refine_env_gives_the_failing_test_then_accepts_a_fix() -> None:
+    task = load_suite("code/humaneval_refine")[0]
+    env = rlvr_gym.make("code/HumanEval-Refine-v0")
+    env.reset(options={"task": task})
+    obs, reward, terminated, truncated, info = env.step(task.wrong[0])  # type: ignore[index]
+    assert (reward, terminated, truncated) == (0.0, False, False)
+    assert "test failed" in obs and "assert candidate(" in obs
+    obs, reward, terminated, truncated, info = env.step(task.gold[0])  # type: ignore[index]
+    assert (reward, terminated, info["success"]) == (1.0, True, True)
+    env.reset(options={"task": task})
+    for _ in range(4):
+        _, reward, terminated, truncated, info = env.step(task.wrong[0])  # type: ignore[index]
+    assert (reward, terminated, truncated) == (0.0, False, True)
+    assert info["failure"].kind is FailureKind.TURN_LIMIT
+
+
+@pytest.mark.parametrize("env_id", ["code/HumanEval-v0", "code/HumanEval-Refine-v0"])
+def test_conformance(env_id: str) -> None:
+    from rlvr_gym.testing import check_env
+
+    report = check_env(env_id, num_tasks=2)
+    assert all(r.status != "failed" for r in report.results)
+
+
+@pytest.mark.slow
+def test_all_164_canonical_pass_and_two_wrong_variants_fail() -> None:
+    suite = load_suite("code/humaneval")
+    assert len(suite) == 164
+    gold = judge_many([(_program(t, t.gold[0]), humaneval_tests(t.data)) for t in suite])  # type: ignore[index]
+    mutants = judge_many([(_program(t, t.wrong[0]), humaneval_tests(t.data)) for t in suite])  # type: ignore[index]
+    nones = judge_many([(mutate(_program(t, t.gold[0]), t.data["entry_point"], "return_none"),  # type: ignore[misc,index]
+                         humaneval_tests(t.data)) for t in suite])
+    assert sum(r.passed for r in gold) == 164, [t.id for t, r in zip(suite, gold) if not r.passed]
+    assert sum(r.passed for r in mutants) == 0
+    assert sum(r.passed for r in nones) == 0
