@@ -143,7 +143,8 @@ def cmd_check(args: argparse.Namespace, console: Console) -> int:
     for env_id in env_ids:
         env_id = rlvr_gym.spec(env_id).id  # unknown ids are a usage error, reported with the closest ids
         try:
-            report = check_env(env_id, tasks, args.num_tasks, raise_on_failure=False)
+            with console.status(f"checking {env_id} ..."):
+                report = check_env(env_id, tasks, args.num_tasks, raise_on_failure=False)
         except CheckError as error:  # no tasks to check on
             console.print(f"[red]FAILED[/red] {escape(str(error))}", soft_wrap=True)
             passed = False

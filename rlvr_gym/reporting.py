@@ -62,6 +62,9 @@ class EvalReport:
         if k != 1:
             keys.insert(keys.index("pass@1") + 1, f"pass@{k}")
         lines += ["| metric | value |", "|---|---|", *(f"| {key} | {format_value(m.get(key))} |" for key in keys)]
+        note = (f"pass@1 and pass@{k}: the unbiased estimator of Chen et al. 2021, averaged over tasks; other "
+                "means are over episodes. Tool metrics count only envs that declare tools.")
+        lines += ["", note]
         for title, key in (("Per env", "per_env"), ("Per task type", "per_task_type")):
             if m.get(key):
                 lines += ["", f"## {title}", "", *_breakdown_table(m[key], k)]
@@ -118,7 +121,8 @@ def _breakdown_table(groups: dict[str, dict[str, Any]], k: int) -> list[str]:
     columns = ["num_episodes", "pass@1", *([f"pass@{k}"] if k != 1 else []), "mean_reward", "mean_turns"]
     rows = ["| name | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
     for name, metrics in groups.items():
-        rows.append(f"| {name} | " + " | ".join(format_value(metrics.get(c)) for c in columns) + " |")
+        cells = [str(name).replace("|", "\\|"), *(format_value(metrics.get(c)) for c in columns)]
+        rows.append("| " + " | ".join(cells) + " |")
     return rows
 
 
