@@ -267,3 +267,17 @@ def test_fuzzed_commands_never_raise(text: str) -> None:
 def test_fuzzed_word_salad_never_raises(words: list[str]) -> None:
     outcome = apply_command(FUZZ_WORLD.copy(), " ".join(words))
     assert outcome.observation
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 10_000), st.lists(st.integers(0, 10_000), min_size=1, max_size=40))
+def test_random_play_keeps_world_invariants(seed: int, choices: list[int]) -> None:
+    """Whatever is done, every object is in exactly one place, and every admissible command succeeds."""
+    state = generate_world(np.random.default_rng(seed), "hard")
+    for choice in choices:
+        actions = admissible_actions(state)
+        assert apply_command(state, actions[choice % len(actions)]).failure is None
+        placed = [o for objects in state.contents.values() for o in objects]
+        held = [state.holding] if state.holding is not None else []
+        assert sorted(placed + held) == sorted(state.house.objects)
+        assert state.location in (state.room, *state.house.room_receptacles[state.room])
