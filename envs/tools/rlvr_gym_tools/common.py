@@ -24,21 +24,23 @@ def run_python(code: str) -> str:
     5 s wall clock, no network) and returns its stdout (last 2,000 characters).
 
     Raises:
-        ToolError: with kind ``TIMEOUT``/``SANDBOX_ERROR`` when the sandbox says so, ``TOOL_ERROR`` with the
-            stderr tail when the program failed.
+        ToolError: with kind ``TIMEOUT``/``SANDBOX_ERROR`` when the sandbox says so (or none is available),
+            ``TOOL_ERROR`` with the stderr tail when the program exited non-zero.
     """
-    from rlvr_gym.sandbox import SandboxLimits, get_sandbox
+    from rlvr_gym.sandbox import SandboxLimits, SandboxUnavailableError, get_sandbox
 
-    result = get_sandbox("auto").run(
+    try:
+        sandbox = get_sandbox("auto")
+    except SandboxUnavailableError as error:
+        raise ToolError(f"the python tool is unavailable here: {error}", FailureKind.SANDBOX_ERROR) from None
+    result = sandbox.run(
         ["python3", "main.py"], files={"main.py": code}, limits=SandboxLimits(timeout_s=PYTHON_TIMEOUT_S)
     )
     failure = result.failure()
     if failure is not None:
-        kind = (
-            failure.kind if failure.kind in (FailureKind.TIMEOUT, FailureKind.SANDBOX_ERROR) else FailureKind.TOOL_ERROR
-        )
-        detail = result.stderr.strip()[-PYTHON_OUTPUT_CHARS:] or failure.message
-        raise ToolError(detail, kind)
+        raise ToolError(failure.message, failure.kind)
+    if result.exit_code != 0:
+        raise ToolError(result.stderr.strip()[-PYTHON_OUTPUT_CHARS:] or f"exit status {result.exit_code}")
     return result.stdout[-PYTHON_OUTPUT_CHARS:] or "(no output; use print() to see values)"
 
 
