@@ -1,0 +1,173 @@
+"""The rollout tree: turn-boundary nodes with shared token prefixes, and its leaf trajectories.
+
+Node 0 holds the task prompt. Every other node is one *segment*: the ids the policy generated in one turn
+(with their log-probs and entropies) followed by the observation ids the env returned, ending at a turn
+boundary. A root-to-leaf path is one episode; its ids are the concatenation of the segments on the path, so
+siblings share their parent's ids, loss mask and log-probs exactly (algorithms.md §9 property 22).
+
+:meth:`RolloutTree.trajectory` turns a leaf into the flat :class:`~rlvr_gym_agents.rollout.Trajectory` the
+trainer consumes, and :meth:`RolloutTree.token_advantages` gives the matching per-token advantages from
+:mod:`rlvr_gym_agents.tree_credit`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from rlvr_gym import Failure, Task
+from rlvr_gym_agents import tree_credit
+from rlvr_gym_agents.rollout import Trajectory, Turn
+
+TREE_CREDIT_MODES = ("soft", *tree_credit.TREE_ADVANTAGE_MODES, "treepo")
+
+
+@dataclasses.dataclass
+class TreeNode:
+    """One segment of the tree (node 0: the prompt).
+
+    Attributes:
+        index / parent: position in ``RolloutTree.nodes``; the parent's index (-1 for the root).
+        depth: number of turns from the root (the root is 0, a global sample's first turn 1).
+        generated_ids / logps / entropies: the turn's generated ids with their sampling log-probs and
+            entropies (nats); empty for the root.
+        observation_ids: ids appended after the turn (the root: the prompt ids). Never trained on.
+        turn: the turn's record (action text, reward, failure, finish reason); None for the root. Its span is
+            relative to the segment and is rebased by :meth:`RolloutTree.trajectory`.
+        done: the episode ended after this turn (a leaf). terminated / truncated / success: how.
+        failures: typed failures raised while producing this node.
+        branched: True when this node was started by a branching decision (not the path's continuation).
+    """
+
+    index: int
+    parent: int
+    depth: int
+    generated_ids: list[int] = dataclasses.field(default_factory=list)
+    logps: list[float] = dataclasses.field(default_factory=list)
+    entropies: list[float] = dataclasses.field(default_factory=list)
+    observation_ids: list[int] = dataclasses.field(default_factory=list)
+    turn: Turn | None = None
+    done: bool = False
+    terminated: bool = False
+    truncated: bool = False
+    success: bool = False
+    failures: list[Failure] = dataclasses.field(default_factory=list)
+    branched: bool = False
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.generated_ids) + len(self.observation_ids)
+
+    @property
+    def reward(self) -> float:
+        return self.turn.reward if self.turn is not None else 0.0
+
+
+@dataclasses.dataclass
+class RolloutTree:
+    """All rollouts of one task, as a prefix tree over turns.
+
+    Attributes:
+        task: the task. group: the group index given to every leaf trajectory.
+        nodes: the nodes in creation order (parents before children).
+    """
+
+    task: Task
+    group: int = 0
+    nodes: list[TreeNode] = dataclasses.field(default_factory=list)
+
+    def add_node(self, parent: int, **fields: Any) -> TreeNode:
+        """Appends a node under ``parent`` (-1 only for the first node, the root) and returns it."""
+        if (parent == -1) != (not self.nodes) or parent >= len(self.nodes):
+            raise ValueError(f"parent {parent} invalid for a tree of {len(self.nodes)} nodes (root must come first)")
+        depth = 0 if parent < 0 else self.nodes[parent].depth + 1
+        node = TreeNode(index=len(self.nodes), parent=parent, depth=depth, **fields)
+        self.nodes.append(node)
+        return node
+
+    @property
+    def parents(self) -> list[int]:
+        return [n.parent for n in self.nodes]
+
+    def leaves(self) -> list[int]:
+        """Indices of the leaves (finished episodes), in creation order."""
+        has_child = {n.parent for n in self.nodes}
+        return [n.index for n in self.nodes if n.index not in has_child and n.index > 0]
+
+    def path(self, leaf: int) -> list[int]:
+        """Node indices from the root (included) to ``leaf``."""
+        out = []
+        node = leaf
+        while node >= 0:
+            out.append(node)
+            node = self.nodes[node].parent
+        return out[::-1]
+
+    def leaf_rewards(self) -> dict[int, float]:
+        """Episode return of every leaf: the sum of step rewards on its path."""
+        return {leaf: sum(self.nodes[n].reward for n in self.path(leaf)) for leaf in self.leaves()}
+
+    def trajectory(self, leaf: int) -> Trajectory:
+        """The episode ending at ``leaf`` as a flat :class:`Trajectory` (ids shared with its siblings)."""
+        root, last = self.nodes[0], self.nodes[leaf]
+        traj = Trajectory(task_id=self.task.id, env_id=self.task.env_id, group=self.group)
+        traj.append(root.observation_ids, trained=False)
+        traj.prompt_length = len(root.observation_ids)
+        for index in self.path(leaf)[1:]:
+            node = self.nodes[index]
+            start = len(traj.token_ids)
+            traj.token_ids.extend(node.generated_ids)
+            traj.loss_mask.extend([1] * len(node.generated_ids))
+            traj.logps.extend(node.logps)
+            traj.entropies.extend(node.entropies)
+            if node.turn is not None:
+                traj.turns.append(dataclasses.replace(node.turn, span=(start, len(traj.token_ids))))
+                traj.reward += node.turn.reward
+            traj.append(node.observation_ids, trained=False)
+            traj.failures.extend(node.failures)
+        traj.terminated, traj.truncated, traj.success = last.terminated, last.truncated, last.success
+        return traj
+
+    def trajectories(self) -> list[Trajectory]:
+        """One trajectory per leaf, in :meth:`leaves` order."""
+        return [self.trajectory(leaf) for leaf in self.leaves()]
+
+    def token_advantages(self, mode: str = "soft", estimator: str = "grpo", dedup: bool = False) -> list[Tensor]:
+        """Per-token advantages aligned with :meth:`trajectories` (0 on prompt ids; observation ids carry
+        their segment's value but are masked out of the loss by the trajectory's ``loss_mask``).
+
+        Args:
+            mode: "soft" (ARPO: a group estimator over the leaves, every token of a leaf row gets the leaf's
+                advantage), "treerl", "local", "global", "arpo_hard" (per-segment values from
+                :func:`tree_credit.node_advantages`) or "treepo" (per-leaf TreePO advantages).
+            estimator: the group estimator of "soft".
+            dedup: scale a segment shared by d leaf rows by 1/d (see :func:`tree_credit.per_row_node_weights`);
+                default False: the shared prefix is credited once per leaf below it.
+
+        Raises:
+            ValueError: unknown mode.
+        """
+        if mode not in TREE_CREDIT_MODES:
+            raise ValueError(f"unknown tree credit mode {mode!r}; expected one of {TREE_CREDIT_MODES}")
+        parents, rewards = self.parents, self.leaf_rewards()
+        lengths = [n.num_tokens for n in self.nodes]
+        if mode == "soft":
+            return self._leaf_rows(tree_credit.soft_leaf_advantages(rewards, estimator), lengths, dedup)
+        if mode == "treepo":
+            return self._leaf_rows(tree_credit.treepo_leaf_advantages(parents, rewards), lengths, dedup)
+        node_adv = tree_credit.node_advantages(parents, rewards, mode)
+        rows = tree_credit.leaf_token_advantages(parents, node_adv, lengths, dedup)
+        return [rows[leaf] for leaf in self.leaves()]
+
+    def _leaf_rows(self, per_leaf: dict[int, float], lengths: list[int], dedup: bool) -> list[Tensor]:
+        """Rows where every segment of a leaf's path carries that leaf's advantage (times its dedup weight)."""
+        weights = tree_credit.per_row_node_weights(self.parents, dedup)
+        rows = []
+        for leaf in self.leaves():
+            pieces = [torch.zeros(lengths[0])]
+            pieces += [torch.full((lengths[n],), per_leaf[leaf] * weights[leaf][n]) for n in self.path(leaf)[1:]]
+            rows.append(torch.cat(pieces).to(torch.float32))
+        return rows

@@ -1,0 +1,183 @@
+"""Tree sampler on a tiny real Qwen2 and the Echo toy env (algorithms.md §9 properties 21, 22, 25, 26)."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+import torch
+from rlvr_gym_agents.chat import ChatFormat
+from rlvr_gym_agents.policy import SamplingParams, TransformersPolicy
+from rlvr_gym_agents.tiny import build_model, build_tokenizer
+from rlvr_gym_agents.tree import RolloutTree
+from rlvr_gym_agents.tree_branching import BranchConfig
+from rlvr_gym_agents.tree_sampler import TreeSampler, TreeSamplerConfig
+
+from rlvr_gym import Env
+from rlvr_gym.testing.toy import WORDS, EchoEnv, echo_tasks
+
+TEXTS = (
+    [f"Say the word: {w}" for w in WORDS]
+    + [f"say {w}" for w in WORDS]
+    + ["Correct.", "Wrong.", "Invalid action 'x': actions look like 'say <word>'.", "hello"]
+)
+SAMPLING = SamplingParams(temperature=1.0, max_new_tokens=4)
+ALWAYS = BranchConfig(alpha=1.0, entropy_weight=0.0)
+NEVER = BranchConfig(alpha=0.0, entropy_weight=0.0)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread() -> Any:
+    """Tiny matmuls are ~25x slower with 2 threads on a loaded 2-core machine (thread contention)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Any:
+    return build_tokenizer(TEXTS)
+
+
+def _policy(tokenizer: Any, seed: int = 0) -> TransformersPolicy:
+    model = build_model(
+        len(tokenizer),
+        hidden_size=32,
+        num_layers=2,
+        num_heads=2,
+        intermediate_size=64,
+        max_context_tokens=256,
+        seed=0,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    return TransformersPolicy(model, tokenizer, seed=seed)
+
+
+def _sample(tokenizer: Any, branch: BranchConfig, seed: int = 0, **config: Any) -> list[RolloutTree]:
+    env_factory = config.pop("env_factory", _make_echo)
+    num_leaves = config.pop("num_leaves", 4)
+    sampler = TreeSampler(
+        _policy(tokenizer, seed),
+        ChatFormat(tokenizer),
+        TreeSamplerConfig(num_leaves=num_leaves, branch=branch, seed=seed, **config),
+        env_factory=env_factory,
+    )
+    rollout = sampler.sample(echo_tasks(2), SAMPLING)
+    rollout.trees[0].metrics = rollout.metrics  # type: ignore[attr-defined]
+    return rollout.trees
+
+
+def _make_echo(env_id: str, **kwargs: Any) -> Env:
+    assert env_id == "testing/Echo-v0"
+    return EchoEnv(**kwargs)
+
+
+@pytest.mark.parametrize("branch", [ALWAYS, NEVER, BranchConfig()], ids=["always", "never", "default"])
+def test_exactly_n_leaves_per_task(tokenizer: Any, branch: BranchConfig) -> None:
+    trees = _sample(tokenizer, branch)
+    metrics = trees[0].metrics  # type: ignore[attr-defined]
+    assert [len(t.leaves()) for t in trees] == [4, 4]
+    assert metrics["leaves_per_task"] == [4, 4]
+    assert metrics["global_samples"] + metrics["branches"] == 8
+    if branch is NEVER:
+        assert metrics["branches"] == 0 and metrics["global_samples"] == 8
+    if branch is ALWAYS:
+        assert metrics["branches"] >= 2
+        assert metrics["tokens_generated"] < metrics["flat_equivalent_tokens"]
+
+
+def test_children_share_prefix_ids_mask_and_logps(tokenizer: Any) -> None:
+    for tree in _sample(tokenizer, ALWAYS):
+        leaves = tree.leaves()
+        trajs = dict(zip(leaves, tree.trajectories(), strict=True))
+        for a, b in itertools.combinations(leaves, 2):
+            common = [n for n in tree.path(a) if n in tree.path(b)]
+            end = sum(tree.nodes[n].num_tokens for n in common)
+            for field in ("token_ids", "loss_mask", "logps", "entropies"):
+                assert getattr(trajs[a], field)[:end] == getattr(trajs[b], field)[:end]
+        for traj in trajs.values():
+            assert len(traj.token_ids) == len(traj.loss_mask) == len(traj.logps)
+            generated = [i for s, e in traj.turn_spans for i in range(s, e)]
+            assert [i for i, m in enumerate(traj.loss_mask) if m] == generated
+
+
+def test_cached_logps_equal_a_full_forward_pass(tokenizer: Any) -> None:
+    """Rewinding and merging KV caches must not change what the model computes (TITO, property 26)."""
+    policy = _policy(tokenizer)
+    sampler = TreeSampler(
+        policy, ChatFormat(tokenizer), TreeSamplerConfig(num_leaves=4, branch=ALWAYS), env_factory=_make_echo
+    )
+    trees = sampler.sample(echo_tasks(2), SAMPLING).trees
+    checked = 0
+    for traj in (t for tree in trees for t in tree.trajectories()):
+        ids = torch.tensor([traj.token_ids])
+        with torch.no_grad():
+            logprobs = torch.log_softmax(policy.model(input_ids=ids).logits[0].float(), dim=-1)
+        for pos, trained in enumerate(traj.loss_mask):
+            if trained:
+                expected = float(logprobs[pos - 1, traj.token_ids[pos]])
+                assert traj.logps[pos] == pytest.approx(expected, abs=1e-4)
+                checked += 1
+    assert checked > 10
+
+
+def test_branches_reuse_parent_state_when_not_forkable_only_root(tokenizer: Any) -> None:
+    class NoForkEcho(EchoEnv):
+        supports_fork = False
+
+    trees = _sample(tokenizer, ALWAYS, env_factory=lambda env_id, **kw: NoForkEcho(**kw))
+    for tree in trees:
+        assert len(tree.leaves()) == 4
+        assert all(tree.path(leaf)[1] in [c.index for c in tree.nodes if c.parent == 0] for leaf in tree.leaves())
+        assert sum(1 for n in tree.nodes if n.parent == 0) == 4  # every leaf is its own global sample
+    assert trees[0].metrics["branches"] == 0  # type: ignore[attr-defined]
+
+
+def test_same_seed_same_trees_and_no_state_leak(tokenizer: Any) -> None:
+    def signature(trees: list[RolloutTree]) -> list[list[tuple[int, tuple[int, ...]]]]:
+        return [[(n.parent, tuple(n.generated_ids)) for n in t.nodes] for t in trees]
+
+    first = _sample(tokenizer, BranchConfig(entropy_weight=1.0), seed=3)
+    sampler = TreeSampler(
+        _policy(tokenizer, 3),
+        ChatFormat(tokenizer),
+        TreeSamplerConfig(num_leaves=4, branch=BranchConfig(entropy_weight=1.0), seed=3),
+        env_factory=_make_echo,
+    )
+    again = sampler.sample(echo_tasks(2), SAMPLING).trees
+    assert signature(first) == signature(again)
+
+
+def test_reuse_kv_cache_off_gives_valid_trees(tokenizer: Any) -> None:
+    trees = _sample(tokenizer, ALWAYS, reuse_kv_cache=False)
+    assert [len(t.leaves()) for t in trees] == [4, 4]
+
+
+def test_pre_monitoring_keeps_budget(tokenizer: Any) -> None:
+    trees = _sample(tokenizer, BranchConfig(), pre_monitoring=True, num_leaves=6)
+    metrics = trees[0].metrics  # type: ignore[attr-defined]
+    assert metrics["leaves_per_task"] == [6, 6]
+    assert 2 <= metrics["global_samples"] <= 12
+
+
+@pytest.mark.parametrize("mode", ["soft", "treerl", "local", "global", "arpo_hard", "treepo"])
+def test_token_advantages_align_with_trajectories(tokenizer: Any, mode: str) -> None:
+    tree = _sample(tokenizer, ALWAYS)[0]
+    advantages = tree.token_advantages(mode)
+    for traj, adv in zip(tree.trajectories(), advantages, strict=True):
+        assert adv.shape == (len(traj.token_ids),)
+        assert torch.all(adv[: traj.prompt_length] == 0)
+
+
+def test_env_crash_becomes_a_leaf(tokenizer: Any) -> None:
+    class CrashingEcho(EchoEnv):
+        def _step(self, action: str) -> Any:
+            raise RuntimeError("boom")
+
+    trees = _sample(tokenizer, ALWAYS, env_factory=lambda env_id, **kw: CrashingEcho(**kw))
+    for tree in trees:
+        assert len(tree.leaves()) == 4
+        assert all(tree.nodes[leaf].failures[0].kind.value == "env_crash" for leaf in tree.leaves())
