@@ -184,3 +184,19 @@ def test_env_step_never_raises_on_any_text(text: str) -> None:
 
 FUZZ_ENV = rlvr_gym.make("textworld/ALFWorld-v0")
 FUZZ_ENV.reset(seed=0)
+
+
+def test_exploring_expert_solves_easy_tasks_with_a_longer_budget() -> None:
+    from rlvr_gym_textworld import exploring_expert
+
+    for task in generate_tasks("textworld/ALFWorld-Easy-v0", "dev", 20):
+        env = rlvr_gym.make("textworld/ALFWorld-Easy-v0", max_turns=20)
+        env.reset(options={"task": task})
+        result = None
+        while result is None or not (result.terminated or result.truncated):
+            result = env.step(exploring_expert(env))
+        assert result.terminated and result.reward == 1.0
+        with pytest.raises(ValueError, match="already holds"):
+            exploring_expert(env)
+    with pytest.raises(TypeError, match="ALFWorldEnv"):
+        exploring_expert(rlvr_gym.make("testing/Echo-v0"))

@@ -64,3 +64,16 @@ def test_seed_offset_gives_disjoint_tasks() -> None:
     second = generate_tasks("textworld/ALFWorld-v0", "train", 5, seed_offset=5)
     assert not {t.seed for t in first} & {t.seed for t in second}
     assert [t.id for t in generate_tasks("textworld/ALFWorld-v0", "train", 10)] == [t.id for t in first + second]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [f"{d}-{s}" for d in DIFFICULTIES for s in ("train", "dev", "test")])
+def test_every_shipped_suite_is_current_and_its_gold_solves(name: str) -> None:
+    difficulty, split = name.split("-")
+    shipped = load_suite(f"textworld/{name}")
+    assert shipped.checksum() == build_suite(difficulty, split).checksum()  # type: ignore[arg-type]
+    env = rlvr_gym.make(shipped[0].env_id)
+    for task in shipped:
+        env.reset(options={"task": task})
+        results = [env.step(action) for action in task.gold or []]
+        assert results[-1].terminated and results[-1].reward == 1.0, task.id

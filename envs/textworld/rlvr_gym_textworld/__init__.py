@@ -9,13 +9,13 @@ Registers (when imported):
 
 Public API: :class:`ALFWorldEnv`, :func:`generate_tasks`, :func:`generate_world`, :func:`verify`,
 :func:`oracle_next_action`, :func:`oracle_plan`, :func:`wrong_plan`, :func:`apply_command`,
-:func:`admissible_actions`, :func:`corpus_texts` (every text the agent can see, for a word-level tokenizer).
+:func:`admissible_actions`, `exploring_expert` (an SFT expert function), :func:`corpus_texts` (every text the agent can see, for a word-level tokenizer).
 """
 
 from rlvr_gym.registry import register
 from rlvr_gym_textworld.corpus import corpus_texts
 from rlvr_gym_textworld.engine import admissible_actions, apply_command
-from rlvr_gym_textworld.env import ALFWorldEnv
+from rlvr_gym_textworld.env import ALFWorldEnv, exploring_expert
 from rlvr_gym_textworld.generator import DIFFICULTIES, Difficulty, generate_world
 from rlvr_gym_textworld.oracle import OracleError, oracle_next_action, oracle_plan, wrong_plan
 from rlvr_gym_textworld.suites import generate_tasks
@@ -35,6 +35,7 @@ __all__ = [
     "admissible_actions",
     "apply_command",
     "corpus_texts",
+    "exploring_expert",
     "generate_tasks",
     "generate_world",
     "oracle_next_action",

@@ -165,3 +165,20 @@ def _copy_space(space: gymnasium.spaces.Space[Any]) -> gymnasium.spaces.Space[An
     if isinstance(space, TextSpace) and space._np_random is None:
         return TextSpace(space.max_length)
     return copy.deepcopy(space)
+
+
+def exploring_expert(env: Env) -> str:
+    """The exploring oracle's next command for ``env``, as an SFT expert function
+    (``sft.expert=rlvr_gym_textworld:exploring_expert``): its choices depend only on what the agent has seen,
+    so a policy can imitate it exactly from the observation history.
+
+    Raises:
+        TypeError: when ``env`` is not an :class:`ALFWorldEnv`.
+        ValueError: when the goal already holds.
+    """
+    if not isinstance(env, ALFWorldEnv):
+        raise TypeError(f"exploring_expert needs an ALFWorldEnv, got {type(env).__name__}")
+    action = env.oracle_action(explore=True)
+    if action is None:
+        raise ValueError(f"the goal of task {getattr(env.task, 'id', None)!r} already holds; no action to take")
+    return action
