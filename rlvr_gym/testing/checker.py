@@ -1,12 +1,14 @@
 """The conformance checker: does a registered env honour the rlvr_gym contract?
 
-``check_env(env_id)`` runs, in order (see :mod:`rlvr_gym.testing.checks` for each one):
+``check_env(env_id)`` runs, in order (see :mod:`rlvr_gym.testing.checks` and :mod:`rlvr_gym.testing.gymnasium_checks`):
 
 - ``gymnasium_api``: Gymnasium's ``gymnasium.utils.env_checker`` functions that apply to text spaces (spaces,
   reset/step return types, seeded-reset determinism, reset options, passive step checks, returned data not
   reused, one-step determinism), with ``options["task"]`` injected into every reset. Not applicable, so not
-  run: :data:`rlvr_gym.testing.checks.GYMNASIUM_NOT_APPLICABLE`. Gymnasium's warnings become notes.
+  run: :data:`rlvr_gym.testing.gymnasium_checks.GYMNASIUM_NOT_APPLICABLE`. Gymnasium's warnings become notes.
 - ``render``: ``render()`` returns text in every declared render mode.
+- ``info_conventions``: ``task_id`` and ``turn`` in every info, ``admissible_actions`` a list of str, ``tools``
+  OpenAI-style function schemas (gold actions outside the admissible list are noted).
 - ``seed_determinism``: the same task, seed and actions (gold, wrong, random) give the same observations,
   rewards and end flags in two fresh envs (skipped for envs registered ``nondeterministic=True``).
 - ``fork_equivalence``: after ``fork()`` at the root and mid-episode, the copy and the original give the
@@ -28,14 +30,28 @@ from __future__ import annotations
 import dataclasses
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 from rlvr_gym.registry import spec
 from rlvr_gym.tasks import Task, TaskFileError, load_suite
-from rlvr_gym.testing.checks import ALL_CHECKS, CheckContext, CheckFailed, CheckSkipped
+from rlvr_gym.testing import checks, gymnasium_checks
+from rlvr_gym.testing.checks import CheckContext, CheckFailed, CheckSkipped
 
 Status = Literal["passed", "skipped", "failed"]
+
+ALL_CHECKS: dict[str, Callable[[CheckContext], str]] = {
+    "gymnasium_api": gymnasium_checks.check_gymnasium_api,
+    "render": gymnasium_checks.check_render,
+    "info_conventions": checks.check_info_conventions,
+    "seed_determinism": checks.check_seed_determinism,
+    "fork_equivalence": checks.check_fork,
+    "gold_and_wrong": checks.check_gold_and_wrong,
+    "malformed_actions": checks.check_malformed_actions,
+    "turn_limit": checks.check_turn_limit,
+    "close": checks.check_close,
+}
+"""The checks in the order they run; each returns a note, or raises CheckFailed / CheckSkipped."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,7 +59,7 @@ class CheckResult:
     """The outcome of one check.
 
     Attributes:
-        name: the check's name (a key of :data:`rlvr_gym.testing.checks.ALL_CHECKS`).
+        name: the check's name (a key of :data:`ALL_CHECKS`).
         status: ``passed``, ``skipped`` (does not apply; ``message`` says why) or ``failed``.
         message: what was checked, or what went wrong and how to fix it.
         elapsed_s: wall-clock seconds the check took.

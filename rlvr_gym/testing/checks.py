@@ -1,4 +1,4 @@
-"""The individual conformance checks run by :func:`rlvr_gym.testing.check_env`.
+"""The conformance checks of the rlvr_gym contract, run by :func:`rlvr_gym.testing.check_env`.
 
 Each check takes a :class:`CheckContext` and either returns a note (str, possibly empty), raises
 :class:`CheckFailed` with what went wrong and how to fix it, or raises :class:`CheckSkipped` with why it
@@ -13,12 +13,10 @@ import functools
 import math
 import os
 import time
-import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import gymnasium
-from gymnasium.utils import env_checker, passive_env_checker
 
 from rlvr_gym.core import Env, ForkNotSupportedError
 from rlvr_gym.failures import Failure
@@ -146,89 +144,6 @@ def _short(value: Any, limit: int = 160) -> str:
 
 def _with_gold(tasks: Sequence[Task]) -> list[Task]:
     return [t for t in tasks if t.gold]
-
-
-# -- Gymnasium's checker --------------------------------------------------------------------------------------
-class _TaskInjector(gymnasium.Wrapper[str, str, str, str]):
-    """Adds ``options["task"]`` to every ``reset`` so Gymnasium's checker can drive a task-driven env."""
-
-    def __init__(self, env: Env, task: Task, gym_spec: gymnasium.envs.registration.EnvSpec | None) -> None:
-        super().__init__(env)
-        self._task, self._gym_spec = task, gym_spec
-
-    @property
-    def spec(self) -> gymnasium.envs.registration.EnvSpec | None:  # type: ignore[override]
-        return self._gym_spec
-
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
-        options = dict(options or {})
-        options.setdefault("task", self._task)
-        return self.env.reset(seed=seed, options=options)
-
-
-GYMNASIUM_NOT_APPLICABLE = (
-    "the JAX/torch-to-numpy conversion (text envs have no arrays); the 'env is wrapped' warning (the checker "
-    "wraps the env to inject the task into reset); render-mode and close checks through gymnasium.make "
-    "(it resets without a task; the render and close checks here do the same on a task); "
-    "check_step_determinism when max_turns == 1 (it asserts that one step does not truncate)"
-)
-"""The parts of ``gymnasium.utils.env_checker.check_env`` not run, and why."""
-
-
-def check_gymnasium_api(ctx: CheckContext) -> str:
-    """Gymnasium's ``env_checker`` functions that apply to text spaces, with the task injected into resets."""
-    task = ctx.tasks[0]
-    gym_spec = dataclasses.replace(gymnasium.spec(ctx.env_id), nondeterministic=ctx.spec.nondeterministic)
-    with built(ctx) as bare, warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        if not isinstance(bare, gymnasium.Env):
-            raise CheckFailed("the env is not a gymnasium.Env", "subclass rlvr_gym.Env")
-        env = _TaskInjector(bare, task, gym_spec)
-        steps: list[tuple[str, Callable[[], Any]]] = [
-            ("check_action_space", lambda: passive_env_checker.check_action_space(bare.action_space)),
-            ("check_space_limit(action)", lambda: env_checker.check_space_limit(bare.action_space, "action")),
-            ("check_observation_space", lambda: passive_env_checker.check_observation_space(bare.observation_space)),
-            ("check_space_limit(observation)", lambda: env_checker.check_space_limit(
-                bare.observation_space, "observation")),
-            ("check_seed_deprecation", lambda: env_checker.check_seed_deprecation(bare)),
-            ("check_reset_return_info_deprecation", lambda: env_checker.check_reset_return_info_deprecation(bare)),
-            ("check_reset_return_type", lambda: env_checker.check_reset_return_type(env)),
-            ("check_reset_seed_determinism", lambda: env_checker.check_reset_seed_determinism(env)),
-            ("check_reset_options", lambda: env_checker.check_reset_options(env)),
-            ("env_reset_passive_checker", lambda: passive_env_checker.env_reset_passive_checker(env)),
-            ("env_step_passive_checker", lambda: passive_env_checker.env_step_passive_checker(
-                env, bare.action_space.sample())),
-            ("check_returned_data_not_reused", lambda: env_checker.check_returned_data_not_reused(env)),
-        ]
-        if bare.max_turns > 1:
-            steps.append(("check_step_determinism", lambda: env_checker.check_step_determinism(env)))
-        for name, run in steps:
-            try:
-                run()
-            except (AssertionError, gymnasium.error.Error, TypeError) as error:
-                raise CheckFailed(f"gymnasium {name}: {error}", "follow Gymnasium's Env API (see its message)") from error
-    warned = sorted({str(w.message).replace("\x1b[33m", "").replace("\x1b[0m", "") for w in caught})
-    skipped = "" if bare.max_turns > 1 else "; check_step_determinism not run (max_turns == 1)"
-    return f"{len(steps)} Gymnasium checks passed{skipped}" + "".join(f"; warning: {w}" for w in warned)
-
-
-def check_render(ctx: CheckContext) -> str:
-    """``render()`` after a reset returns text (or None) for every declared render mode."""
-    with built(ctx) as probe:
-        modes = list(probe.metadata.get("render_modes", []))
-    for mode in modes:
-        try:
-            env = ctx.make(render_mode=mode)
-        except TypeError as error:
-            raise CheckSkipped(f"constructor does not take render_mode ({error})") from None
-        try:
-            env.reset(options={"task": ctx.tasks[0]})
-            frame = env.render()
-        finally:
-            env.close()
-        if frame is not None and not isinstance(frame, str):
-            raise CheckFailed(f"render() in mode {mode!r} returned {type(frame).__name__}", "return str in 'ansi' mode")
-    return f"render modes: {modes}"
 
 
 # -- our contract ---------------------------------------------------------------------------------------------
@@ -453,14 +368,40 @@ def _wait_for_children(me: Any, before: set[int]) -> list[str]:
         time.sleep(0.1)
 
 
-ALL_CHECKS: dict[str, Callable[[CheckContext], str]] = {
-    "gymnasium_api": check_gymnasium_api,
-    "render": check_render,
-    "seed_determinism": check_seed_determinism,
-    "fork_equivalence": check_fork,
-    "gold_and_wrong": check_gold_and_wrong,
-    "malformed_actions": check_malformed_actions,
-    "turn_limit": check_turn_limit,
-    "close": check_close,
-}
-"""The checks in the order they run."""
+def check_info_conventions(ctx: CheckContext) -> str:
+    """Infos follow the conventions: ``task_id`` and ``turn`` (0 at reset, then 1, 2, ...); a list of str in
+    ``admissible_actions``; OpenAI-style function schemas with a name in ``tools``. Notes gold actions that
+    were not in the admissible list of their turn."""
+    notes: list[str] = []
+    for task in _with_gold(ctx.tasks) or list(ctx.tasks)[:1]:
+        with built(ctx) as env:
+            _, info = env.reset(options={"task": task})
+            _require_info_shape(task, 0, info)
+            outside = 0
+            for turn, action in enumerate(task.gold or ctx.random_actions(2), start=1):
+                admissible = info.get("admissible_actions") or []
+                outside += bool(admissible) and action not in admissible
+                _, _, terminated, truncated, info = env.step(action)
+                _require_info_shape(task, turn, info)
+                if terminated or truncated:
+                    break
+        if outside:
+            notes.append(f"{task.id}: {outside} gold action(s) not in admissible_actions")
+    return "; ".join(notes) or "task_id, turn, admissible_actions and tools as documented"
+
+
+def _require_info_shape(task: Task, turn: int, info: dict[str, Any]) -> None:
+    where = f"task {task.id}, turn {turn}"
+    if info.get("turn") != turn or info.get("task_id") != task.id:
+        raise CheckFailed(f"{where}: info has turn={info.get('turn')!r}, task_id={info.get('task_id')!r}",
+                          "keep the base class reset()/step(), which set them")
+    admissible = info.get("admissible_actions")
+    if admissible is not None and not (isinstance(admissible, list) and all(isinstance(a, str) for a in admissible)):
+        raise CheckFailed(f"{where}: admissible_actions is not a list of str: {_short(admissible)}",
+                          "put the valid commands as a list of strings in info['admissible_actions']")
+    for tool in info.get("tools") or []:
+        function = tool.get("function", tool) if isinstance(tool, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise CheckFailed(f"{where}: a tool schema has no name: {_short(tool)}",
+                              "declare tools as {'type': 'function', 'function': {'name', 'description', "
+                              "'parameters'}} (OpenAI function format)")

@@ -13,7 +13,7 @@ import pytest
 
 from rlvr_gym import StepResult, Task
 from rlvr_gym.testing import CheckError, EchoEnv, check_env, checks, echo_tasks, temporary_env
-from rlvr_gym.testing.checks import ALL_CHECKS
+from rlvr_gym.testing.checker import ALL_CHECKS
 
 _COUNTER = itertools.count()
 
@@ -104,6 +104,30 @@ class _LeaksChild(EchoEnv):
         return clone
 
 
+class _BadInfo(EchoEnv):
+    """Lists admissible actions as one string.
+
+    Version History:
+        v0: test double.
+    """
+
+    def _reset(self, task: Task | None) -> tuple[str, dict[str, Any]]:
+        observation, _ = super()._reset(task)
+        return observation, {"admissible_actions": "say apple, say bread"}
+
+
+class _NamelessTool(EchoEnv):
+    """Declares a tool without a name.
+
+    Version History:
+        v0: test double.
+    """
+
+    def _reset(self, task: Task | None) -> tuple[str, dict[str, Any]]:
+        observation, _ = super()._reset(task)
+        return observation, {"tools": [{"type": "function", "function": {"parameters": {}}}]}
+
+
 class _CloseTwiceRaises(EchoEnv):
     """``close()`` is not idempotent.
 
@@ -149,6 +173,8 @@ def test_echo_passes_every_check_on_its_default_suite() -> None:
         (_WrongScoresMax, "gold_and_wrong", "wrong actions scored 1.0", "less than the maximum"),
         (_RaisesOnBadAction, "malformed_actions", "raised ValueError: cannot parse", "instead of raising"),
         (_CloseTwiceRaises, "close", "a second close() before any reset raised RuntimeError", "idempotent"),
+        (_BadInfo, "info_conventions", "admissible_actions is not a list of str", "list of strings"),
+        (_NamelessTool, "info_conventions", "a tool schema has no name", "OpenAI function format"),
     ],
     indirect=["broken_env"],
 )
@@ -212,6 +238,7 @@ def test_missing_default_suite_is_a_clear_error(broken_env: str) -> None:
 
 
 def test_missing_suite_file_is_a_check_error() -> None:
-    with temporary_env("testing/NoSuiteFile-v0", EchoEnv, default_suite="testing/does-not-exist") as env_id:
-        with pytest.raises(CheckError, match="cannot load its default suite 'testing/does-not-exist'.*How to fix"):
-            check_env(env_id)
+    missing = "cannot load its default suite 'testing/does-not-exist'.*How to fix"
+    with (temporary_env("testing/NoSuiteFile-v0", EchoEnv, default_suite="testing/does-not-exist") as env_id,
+          pytest.raises(CheckError, match=missing)):
+        check_env(env_id)
