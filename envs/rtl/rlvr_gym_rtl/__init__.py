@@ -1,1 +1,32 @@
-"""rlvr_gym environment family: rtl (registers its ids when imported)."""
+"""rlvr_gym environment family ``rtl``: spec-to-RTL Verilog tasks judged by a sandboxed simulator.
+
+Ids (registered on import):
+
+* ``rtl/VerilogEval-v0``: VerilogEval v2 spec-to-RTL problems (104 bundled, MIT), one submission.
+* ``rtl/VerilogEval-Refine-v0``: the same, up to 3 submissions with compiler/simulator feedback.
+* ``rtl/Generated-v0``: seeded parametric problems (muxes, adders, comparators, encoders, counters, shift
+  registers, edge detectors, sequence-detector FSMs), one submission.
+* ``rtl/Generated-Refine-v0``: the same, up to 3 submissions with feedback.
+
+Needs ``iverilog`` (Icarus Verilog 11+) and a sandbox (bubblewrap or Docker); see :mod:`rlvr_gym_rtl.judge`.
+"""
+
+from rlvr_gym.registry import register
+from rlvr_gym_rtl.env import VerilogEnv
+from rlvr_gym_rtl.judge import Judgement, RtlJudge
+from rlvr_gym_rtl.problem import RtlProblem
+from rlvr_gym_rtl.verdict import RewardConfig, verdict
+
+_ENTRY = "rlvr_gym_rtl.env:VerilogEnv"
+register("rtl/VerilogEval-v0", _ENTRY, max_turns=1, default_suite="rtl/verilogeval",
+         description="VerilogEval spec-to-RTL (104 problems): write TopModule, judged by iverilog, one shot")
+register("rtl/VerilogEval-Refine-v0", _ENTRY, max_turns=3, default_suite="rtl/verilogeval-refine",
+         description="VerilogEval spec-to-RTL with up to 3 submissions and simulator feedback")
+register("rtl/Generated-v0", _ENTRY, max_turns=1, kwargs={"source": "generated"},
+         default_suite="rtl/generated-dev",
+         description="Generated spec-to-RTL problems from seeds (combinational and sequential), one shot")
+register("rtl/Generated-Refine-v0", _ENTRY, max_turns=3, kwargs={"source": "generated"},
+         default_suite="rtl/generated-refine-dev",
+         description="Generated spec-to-RTL problems with up to 3 submissions and simulator feedback")
+
+__all__ = ["Judgement", "RewardConfig", "RtlJudge", "RtlProblem", "VerilogEnv", "verdict"]

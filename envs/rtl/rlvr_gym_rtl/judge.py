@@ -1,0 +1,207 @@
+"""The RTL judge: extract, lint, compile, simulate in a sandbox, and score.
+
+Pipeline for one candidate (stages named as in :data:`rlvr_gym_rtl.verdict.Stage`):
+
+1. ``extract``: the design from the action (:func:`rlvr_gym_rtl.lint.extract_code`).
+2. ``lint``: pyslang rejects what a design has no business containing (:mod:`rlvr_gym_rtl.lint`) and
+   checks ``TopModule``'s interface against the reference's.
+3. ``compile_alone``: ``iverilog -g2012 -s TopModule`` on the candidate alone (no testbench in scope, so
+   hierarchical names into it cannot resolve, and the reference cannot be instantiated).
+4. ``compile``: ``iverilog -Wall -Winfloop -Wno-timescale -g2012 -s tb`` on testbench, reference and
+   candidate, *in that order* (the candidate's compiler directives cannot reach the files before it).
+5. ``simulate``: ``vvp -n``; the testbench's verdict line is tagged with a fresh random nonce.
+
+Stages 3-5 run as one script in one :mod:`rlvr_gym.sandbox` run (one sandbox start) under a wall-clock
+limit. The reference runs through the same pipeline once per problem to learn its sample count (cached
+per process by :attr:`RtlProblem.key`). The verdict itself is the pure :func:`rlvr_gym_rtl.verdict.verdict`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import secrets
+import threading
+from typing import Any, ClassVar
+
+from rlvr_gym.failures import Failure, FailureKind
+from rlvr_gym.sandbox import Sandbox, SandboxLimits, SandboxResult, get_sandbox
+from rlvr_gym.verifier import RewardResult
+from rlvr_gym_rtl.lint import TOP_MODULE, HarnessNames, Port, extract_code, harness_names, lint_candidate, module_ports
+from rlvr_gym_rtl.problem import REF_MODULE, RtlProblem
+from rlvr_gym_rtl.verdict import JudgeOutcome, RewardConfig, SimSummary, feedback, parse_sim_output, verdict
+
+IVERILOG_FLAGS = ("-Wall", "-Winfloop", "-Wno-timescale", "-g2012")
+"""The VerilogEval harness's compile flags (its Makefile), minus nothing."""
+_EXIT_ALONE, _EXIT_BUILD = 90, 91
+_SCRIPT = (
+    # The stand-alone elaboration runs beside the full build (two cores), then the verdicts are read in order.
+    f"iverilog -g2012 -s {TOP_MODULE} -o alone.vvp cand.sv >alone.log 2>&1 & alone=$!\n"
+    f"iverilog {' '.join(IVERILOG_FLAGS)} -s tb -o sim.vvp test.sv ref.sv cand.sv >build.log 2>&1; build=$?\n"
+    f"wait $alone || exit {_EXIT_ALONE}\n"
+    f"[ $build -eq 0 ] || exit {_EXIT_BUILD}\n"
+    "exec vvp -n sim.vvp\n"
+)
+_SYNTH_SCRIPT = f"yosys -q -p 'read_verilog -sv cand.sv; synth -top {TOP_MODULE}' >synth.log 2>&1"
+_LOG_CHARS = 1500
+NO_CODE_MESSAGE = (f"no Verilog module found; answer with the complete design in a ```verilog block defining "
+                   f"`module {TOP_MODULE}`")
+
+
+class ReferenceFailedError(RuntimeError):
+    """The problem's own reference does not pass its testbench here (e.g. an iverilog 11 limitation)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Judgement:
+    """The judge's answer for one candidate.
+
+    Attributes:
+        result: the reward (``RewardResult``: value, components, reason).
+        outcome: what the judge observed (input of the pure verdict).
+        code: the extracted design, or None.
+        failure: a typed failure when the action or the run went wrong (parse error, forbidden construct,
+            timeout, sandbox or verifier error), else None. A design that compiles but is wrong is not a
+            failure, just a low reward.
+    """
+
+    result: RewardResult
+    outcome: JudgeOutcome
+    code: str | None
+    failure: Failure | None = None
+
+    @property
+    def feedback(self) -> str:
+        """What a multi-turn agent is told (see :func:`rlvr_gym_rtl.verdict.feedback`)."""
+        if self.failure is not None and self.failure.kind == FailureKind.VERIFIER_ERROR:
+            return f"The judge could not score this problem: {self.failure.message}"
+        return feedback(self.outcome, self.result)
+
+
+@dataclasses.dataclass(frozen=True)
+class _ProblemFacts:
+    ports: list[Port]
+    names: HarnessNames
+    expected_samples: int
+
+
+class RtlJudge:
+    """Scores Verilog designs against a problem's reference with Icarus Verilog, in a sandbox.
+
+    Args:
+        config: how the verdict becomes a reward (default ``RewardConfig()``: binary).
+        timeout_s: wall-clock limit of one compile+simulate run, in seconds (VerilogEval's harness: 30).
+        memory_limit_mb: address-space limit per process in the sandbox, in MiB.
+        sandbox: a sandbox back-end name for :func:`rlvr_gym.sandbox.get_sandbox`, or a sandbox object.
+
+    Raises:
+        rlvr_gym.sandbox.SandboxUnavailableError: when no sandbox can run here.
+    """
+
+    _facts_cache: ClassVar[dict[str, _ProblemFacts]] = {}
+    _cache_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(
+        self,
+        config: RewardConfig | None = None,
+        timeout_s: float = 30.0,
+        memory_limit_mb: int = 2048,
+        sandbox: str | Sandbox = "auto",
+    ) -> None:
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        self.config = config or RewardConfig()
+        self.limits = SandboxLimits(
+            timeout_s=timeout_s, cpu_time_s=max(1, int(timeout_s) + 1), memory_limit_mb=memory_limit_mb,
+            file_size_limit_mb=64, output_limit_bytes=256 * 1024,
+        )
+        self.sandbox = get_sandbox(sandbox) if isinstance(sandbox, str) else sandbox
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> RtlJudge:
+        return self  # stateless apart from the shared cache and the sandbox handle; forks share it
+
+    def judge(self, problem: RtlProblem, action: str) -> Judgement:
+        """Scores the design in ``action`` (an agent's answer, fenced or raw) on ``problem``."""
+        code = extract_code(action)
+        if code is None:
+            outcome = JudgeOutcome("extract", (NO_CODE_MESSAGE,))
+            failure = Failure(FailureKind.PARSE_ERROR, outcome.problems[0])
+            return Judgement(verdict(outcome, self.config), outcome, None, failure)
+        try:
+            facts = self.problem_facts(problem)
+        except ReferenceFailedError as error:
+            outcome = JudgeOutcome("simulate", ("reference failed",))
+            return Judgement(RewardResult(0.0, {"pass": 0.0}, str(error)), outcome, code,
+                             Failure(FailureKind.VERIFIER_ERROR, str(error)))
+        return self.judge_code(problem, code, facts)
+
+    def judge_code(self, problem: RtlProblem, code: str, facts: _ProblemFacts | None = None) -> Judgement:
+        """Scores an already extracted design (lint, compile, simulate, verdict)."""
+        facts = facts or self.problem_facts(problem)
+        problems = lint_candidate(code, facts.ports, facts.names)
+        if problems:
+            outcome = JudgeOutcome("lint", tuple(problems))
+            rejected = Failure(FailureKind.INVALID_ACTION, "; ".join(problems)[:500], {"problems": problems})
+            return Judgement(verdict(outcome, self.config), outcome, code, rejected)
+        outcome, run = self._simulate(problem, code, facts.expected_samples)
+        if self.config.require_synthesis and outcome.stage == "simulate":
+            outcome = dataclasses.replace(outcome, synthesizable=self._synthesizes(code))
+        failure: Failure | None = run.failure() if outcome.stage == "simulate" else None
+        return Judgement(verdict(outcome, self.config), outcome, code, failure)
+
+    def problem_facts(self, problem: RtlProblem) -> _ProblemFacts:
+        """The reference's ports, the harness's names and the reference's sample count (cached).
+
+        Raises:
+            ReferenceFailedError: when the reference itself does not compile or pass here.
+        """
+        with self._cache_lock:
+            cached = self._facts_cache.get(problem.key)
+        if cached is not None:
+            return cached
+        ports = module_ports(problem.reference, REF_MODULE)
+        if ports is None:
+            raise ReferenceFailedError(f"{problem.name}: the reference defines no `{REF_MODULE}`")
+        outcome, run = self._simulate(problem, problem.reference_solution(), None)
+        sim = outcome.sim
+        if outcome.stage != "simulate" or not run.ok or sim is None or sim.mismatches != 0 or not sim.samples:
+            detail = outcome.compile_log.strip()[:300] or run.stderr[-300:] or f"{sim}"
+            raise ReferenceFailedError(f"{problem.name}: the reference does not pass its own testbench with "
+                                       f"this simulator ({outcome.stage}): {detail}")
+        facts = _ProblemFacts(ports, harness_names(problem.testbench, problem.reference), sim.samples)
+        with self._cache_lock:
+            self._facts_cache[problem.key] = facts
+        return facts
+
+    def _simulate(self, problem: RtlProblem, code: str, expected: int | None) -> tuple[JudgeOutcome, SandboxResult]:
+        nonce = "RLVR-" + secrets.token_hex(8)
+        files = {"test.sv": problem.prepared_testbench(nonce), "ref.sv": problem.reference, "cand.sv": code}
+        run = self.sandbox.run(["sh", "-c", _SCRIPT], files=files, limits=self.limits,
+                               collect=("alone.log", "build.log"))
+        logs = {name: data.decode("utf-8", "replace") for name, data in run.files.items()}
+        if run.sandbox_error is None and run.exit_code == _EXIT_ALONE:
+            return JudgeOutcome("compile_alone", compile_log=_trim(logs.get("alone.log", ""))), run
+        if run.sandbox_error is None and run.exit_code == _EXIT_BUILD:
+            return JudgeOutcome("compile", compile_log=_trim(_candidate_lines(logs.get("build.log", "")))), run
+        sim = parse_sim_output(run.stdout, nonce)
+        outcome = JudgeOutcome("simulate", exit_code=run.exit_code, timed_out=run.timed_out,
+                               killed_by=run.killed_by or (f"sandbox: {run.sandbox_error}" if run.sandbox_error else None),
+                               sim=sim, expected_samples=expected)
+        return outcome, run
+
+    def _synthesizes(self, code: str) -> bool:
+        run = self.sandbox.run(["sh", "-c", _SYNTH_SCRIPT], files={"cand.sv": code}, limits=self.limits)
+        return run.ok
+
+
+def _candidate_lines(log: str) -> str:
+    """Compiler messages about the candidate first (the testbench's own warnings are noise to the agent)."""
+    lines = log.splitlines()
+    mine = [line for line in lines if line.startswith("cand.sv")]
+    return "\n".join(mine or lines)
+
+
+def _trim(text: str) -> str:
+    return text if len(text) <= _LOG_CHARS else text[:_LOG_CHARS] + "\n[... trimmed]"
+
+
+__all__ = ["Judgement", "ReferenceFailedError", "RtlJudge", "SimSummary"]

@@ -1,0 +1,79 @@
+"""The registered RTL envs: conformance checker, single- and multi-turn episodes, task-less resets."""
+
+from __future__ import annotations
+
+import pytest
+
+import rlvr_gym
+from rlvr_gym import FailureKind
+from rlvr_gym.tasks import load_suite
+from rlvr_gym.testing import check_env
+
+ENV_IDS = ["rtl/VerilogEval-v0", "rtl/VerilogEval-Refine-v0", "rtl/Generated-v0", "rtl/Generated-Refine-v0"]
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_conformance_checker_passes(env_id: str, judge: object) -> None:
+    report = check_env(env_id, num_tasks=2)  # raises CheckError naming the failed check
+    assert report.passed and {r.name for r in report.results if r.status == "passed"} >= {
+        "gold_and_wrong", "fork_equivalence", "seed_determinism", "close"}
+
+
+def test_single_turn_gold_and_wrong(judge: object) -> None:
+    task = load_suite("rtl/verilogeval")[10]
+    env = rlvr_gym.make("rtl/VerilogEval-v0")
+    obs, info = env.reset(options={"task": task})
+    assert "TopModule" in obs and "```verilog" in obs and info["problem"] == task.data["name"]
+    obs, reward, terminated, truncated, info = env.step(task.gold[0])
+    assert (reward, terminated, truncated, info["success"]) == (1.0, True, False, True)
+    assert info["reward_details"]["components"]["pass"] == 1.0
+    env.reset(options={"task": task})
+    obs, reward, terminated, truncated, info = env.step(task.wrong[0])
+    assert (reward, terminated, info["success"]) == (0.0, True, False)
+    assert obs.startswith("FAIL")
+
+
+def test_refine_returns_feedback_then_accepts_a_fix(judge: object) -> None:
+    task = load_suite("rtl/verilogeval-refine")[10]
+    env = rlvr_gym.make("rtl/VerilogEval-Refine-v0")
+    env.reset(options={"task": task})
+    obs, reward, terminated, truncated, info = env.step("I think it is an AND gate.")
+    assert not terminated and reward == 0.0 and info["failure"].kind == FailureKind.PARSE_ERROR
+    assert "```verilog" in obs and "2 submissions left" in obs
+    obs, reward, terminated, truncated, info = env.step(task.wrong[0])
+    assert not terminated and "mismatches" in obs and "first at time" in obs and info["attempts_left"] == 1
+    branch = env.fork()
+    obs, reward, terminated, truncated, info = env.step(task.gold[0])
+    assert (reward, terminated, info["success"]) == (1.0, True, True)
+    obs, reward, terminated, truncated, info = branch.step(task.wrong[0])
+    assert (reward, terminated, truncated, info["success"]) == (0.0, True, False, False)
+
+
+def test_lint_rejection_is_an_invalid_action_with_the_reason(judge: object) -> None:
+    task = load_suite("rtl/verilogeval")[0]
+    env = rlvr_gym.make("rtl/VerilogEval-v0")
+    env.reset(options={"task": task})
+    cheat = task.gold[0].replace("endmodule", "initial $finish;\nendmodule")
+    obs, reward, _, _, info = env.step(cheat)
+    assert reward == 0.0 and info["failure"].kind == FailureKind.INVALID_ACTION and "$finish" in obs
+
+
+def test_taskless_resets_draw_problems_from_the_seed(judge: object) -> None:
+    env = rlvr_gym.make("rtl/Generated-v0")
+    first, _ = env.reset(seed=7)
+    again, _ = env.reset(seed=7)
+    other, _ = env.reset(seed=8)
+    assert first == again != other
+    _, info = env.reset(seed=1, options={"task": {"id": "x", "env_id": "rtl/Generated-v0", "options": {"kind": "seqdet"}}})
+    assert info["problem"].startswith("gen_seqdet_")
+    obs, info = rlvr_gym.make("rtl/VerilogEval-v0").reset(seed=3)
+    assert info["problem"].startswith("Prob") and "TopModule" in obs
+
+
+def test_partial_credit_option(judge: object) -> None:
+    task = load_suite("rtl/generated-dev")[4]
+    env = rlvr_gym.make("rtl/Generated-v0", partial_credit=True)
+    env.reset(options={"task": task})
+    _, reward, _, _, info = env.step(task.wrong[0])
+    fraction = info["reward_details"]["components"]["match_fraction"]
+    assert reward == pytest.approx(0.5 * fraction) and reward < 0.5
