@@ -110,7 +110,7 @@ class Env(gymnasium.Env[str, str]):
         task: the task of the current episode (a :class:`rlvr_gym.Task` or None).
     """
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"]}
+    metadata: dict[str, Any] = {"render_modes": ["ansi"]}
     supports_fork: ClassVar[bool] = True
     max_turns: int = 50
 
