@@ -201,3 +201,18 @@ def test_bad_constructor_arguments() -> None:
         AdderEnv(action_formats=("xml",))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="max_tool_calls"):
         AdderEnv(max_tool_calls=-1)
+
+
+def test_fork_shares_the_frozen_task_and_copies_the_generator() -> None:
+    from rlvr_gym.tasks import Task
+
+    env = AdderEnv()
+    task = Task(id="t", env_id="testing/Adder-v0", data={"x": [1]})
+    env.reset(seed=3, options={"task": task})
+    env.step("add(a=2, b=3)")
+    child = env.fork()
+    assert child.task is env.task and child.tools["add"] is not env.tools["add"]
+    assert child.np_random is not env.np_random
+    assert child.np_random.integers(1_000_000) == env.np_random.integers(1_000_000)
+    child.step("add(a=1, b=1)")
+    assert (child.num_tool_calls, env.num_tool_calls) == (2, 1)
