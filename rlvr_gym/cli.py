@@ -170,14 +170,15 @@ def _print_check_report(report: Any, console: Console) -> None:
 # -- play ---------------------------------------------------------------------------------------------------
 def cmd_play(args: argparse.Namespace, console: Console) -> int:
     """Lets a person play one episode: shows the observation and the admissible actions or tools, reads a
-    line from stdin per turn. ``:q`` (or end of input) quits."""
+    line from stdin per turn (several lines between ``:paste`` and ``:end``). ``:q`` (or end of input) quits."""
     env_spec = rlvr_gym.spec(args.env_id)
     args.env_id = env_spec.id  # drops a "module:" prefix
     task = _pick_task(args, env_spec.default_suite)
     env = env_spec.make()
     try:
         observation, info = env.reset(seed=args.seed, options={"task": task} if task else None)
-        console.print(f"[bold]{args.env_id}[/bold] task {getattr(task, 'id', None)}; type an action, :q to quit")
+        console.print(f"[bold]{args.env_id}[/bold] task {getattr(task, 'id', None)}: type an action "
+                      "(several lines between :paste and :end); :q quits")
         _show_turn(console, observation, info)
         while True:
             action = _read_action(console)
@@ -236,11 +237,17 @@ def _tool_name(tool: Any) -> str:
 
 
 def _read_action(console: Console) -> str | None:
+    """One action from stdin: a line, or the lines between ``:paste`` and ``:end``; None to quit."""
     try:
         line = input("> ")
+        if line.strip() != ":paste":
+            return None if line.strip() == ":q" else line
+        lines = []
+        while (line := input("... ")).strip() != ":end":
+            lines.append(line)
+        return "\n".join(lines)
     except EOFError:
         return None
-    return None if line.strip() == ":q" else line
 
 
 # -- eval ---------------------------------------------------------------------------------------------------

@@ -192,3 +192,17 @@ def test_eval_workers_use_an_env_pool(tmp_path: Path, monkeypatch: pytest.Monkey
     assert main(["eval", "--agent", "gold", "--suite", "testing/echo", "--limit", "2", "--workers", "3",
                  "--out", str(tmp_path)]) == 0
     assert events == ["start 3", "make testing/Echo-v0", "make testing/Echo-v0", "close"]
+
+
+def test_play_reads_multi_line_actions(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[str] = []
+    original_step = EchoEnv._step
+
+    def recording_step(self: EchoEnv, action: str) -> StepResult:
+        seen.append(action)
+        return original_step(self, action)
+
+    monkeypatch.setattr(EchoEnv, "_step", recording_step)
+    monkeypatch.setattr(sys, "stdin", io.StringIO(":paste\nsay\n  apple\n:end\n:q\n"))
+    assert main(["play", "testing/Echo-v0", "--task", "echo-test-0"]) == 0
+    assert seen == ["say\n  apple"]
