@@ -136,7 +136,7 @@ class MathEnv(ToolEnv):
 
     def _start(self, task: Task | None) -> tuple[str, list[Tool], dict[str, Any]]:
         data = task.data if task is not None else generate_problem(seed_everything_from(self.np_random), self.templates)
-        self.answer = str(data["answer"])
+        self.answer, self.solution = str(data["answer"]), str(data["solution"])
         prompt = (
             "Solve the problem. Use a tool for the arithmetic, then give only the number as "
             f"<answer>...</answer>.\nProblem: {data['question']}"
@@ -146,16 +146,36 @@ class MathEnv(ToolEnv):
     def _verify_answer(self, answer: str) -> RewardResult:
         return verify_exact_answer(self.answer, answer)
 
+    def oracle_action(self) -> str:
+        """The next action of :class:`MathOracle` (Python-style call) for this episode: an expert for
+        behaviour cloning on problems generated from seeds. Assumes the episode so far followed the oracle."""
+        if self.turn == 0 or not hasattr(self, "_oracle"):
+            self._oracle = MathOracle(call_format="python")
+            self._oracle.start(self.solution)
+        return self._oracle.act(self.last_observation, {})
+
 
 class MathOracle:
-    """Calls the calculator with the task's ``solution`` and answers with what it returns (``Agent`` protocol)."""
+    """Calls the calculator with the task's ``solution`` and answers with what it returns (``Agent`` protocol).
+
+    Args:
+        call_format: ``"hermes"`` (``<tool_call>`` JSON, as in the shipped gold) or ``"python"`` (shorter).
+    """
+
+    def __init__(self, call_format: str = "hermes") -> None:
+        self.call_format = call_format
 
     def reset(self, task: Task) -> None:
-        self.solution, self.asked = task.data["solution"], False
+        self.start(task.data["solution"])
+
+    def start(self, solution: str) -> None:
+        """Starts an episode from a solution expression."""
+        self.solution, self.asked = solution, False
 
     def act(self, observation: str, info: dict[str, Any]) -> str:
         if not self.asked:
             self.asked = True
-            return ToolCall("calculator", {"expression": self.solution}).to_hermes()
+            call = ToolCall("calculator", {"expression": self.solution})
+            return call.to_python() if self.call_format == "python" else call.to_hermes()
         match = re.search(r"<tool_response[^>]*>\n(.*)\n</tool_response>", observation, re.DOTALL)
         return f"<answer>{match.group(1) if match else ''}</answer>"

@@ -221,17 +221,41 @@ class MultiHopQAEnv(ToolEnv):
     def _verify_answer(self, answer: str) -> RewardResult:
         return verify_exact_answer(self.answer, answer)
 
+    def oracle_action(self) -> str:
+        """The next action of :class:`MultiHopOracle` (Python-style calls) for this episode, read from the
+        last observation: an expert for behaviour cloning on tasks generated from seeds. It assumes the
+        episode so far followed the oracle (tool envs have no admissible-action list to inject mistakes from)."""
+        if self.turn == 0 or not hasattr(self, "_oracle"):
+            self._oracle = MultiHopOracle(call_format="python")
+            self._oracle.start(self.data["plan"])
+        return self._oracle.act(self.last_observation, {})
+
 
 class MultiHopOracle:
     """Solves MultiHopQA tasks from the task's ``plan`` by reading facts out of tool responses: one
     ``lookup`` per hop, a ``calculator`` call for arithmetic, then the answer. Follows the evaluation
-    harness's ``Agent`` protocol (``reset(task)``, ``act(observation, info)``)."""
+    harness's ``Agent`` protocol (``reset(task)``, ``act(observation, info)``).
+
+    Args:
+        call_format: ``"hermes"`` (``<tool_call>`` JSON, as in the shipped gold) or ``"python"`` (shorter).
+    """
+
+    def __init__(self, call_format: str = "hermes") -> None:
+        self.call_format = call_format
 
     def reset(self, task: Task) -> None:
-        self.plan, self.chain_index, self.hop = task.data["plan"], 0, 0
+        self.start(task.data["plan"])
+
+    def start(self, plan: dict[str, Any]) -> None:
+        """Starts an episode from a plan (``task.data["plan"]``)."""
+        self.plan, self.chain_index, self.hop = plan, 0, 0
         self.values: list[str] = []
         self.current = self.plan["chains"][0]["start"]
         self.expected: str | None = None
+
+    def _call(self, name: str, arguments: dict[str, Any]) -> str:
+        call = ToolCall(name, arguments)
+        return call.to_python() if self.call_format == "python" else call.to_hermes()
 
     def act(self, observation: str, info: dict[str, Any]) -> str:
         if self.expected == "lookup":
@@ -240,7 +264,7 @@ class MultiHopOracle:
             return f"<answer>{_response_body(observation)}</answer>"
         if self.chain_index < len(self.plan["chains"]):
             self.expected = "lookup"
-            return ToolCall("lookup", {"entity": self.current}).to_hermes()
+            return self._call("lookup", {"entity": self.current})
         if self.plan["op"] is None:
             return f"<answer>{self.values[0]}</answer>"
         self.expected = "calculator"
