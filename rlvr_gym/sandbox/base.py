@@ -13,7 +13,7 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
-from typing import Protocol, runtime_checkable
+from typing import Protocol, Self, runtime_checkable
 
 from rlvr_gym.failures import Failure, FailureKind
 
@@ -174,6 +174,39 @@ def make_workdir(files: Mapping[str, str | bytes], owner: int | None, root: str 
     return workdir
 
 
+def adopt_workdir(workdir: Path, files: Mapping[str, str | bytes], owner: int | None) -> Path:
+    """Prepares a caller-owned, persistent work dir for a run: writes ``files`` into it and hands the tree
+    to uid/gid ``owner`` (symlinks are re-owned, never followed).
+
+    Raises:
+        FileNotFoundError: when ``workdir`` is not an existing directory (or is a symlink).
+    """
+    if workdir.is_symlink() or not workdir.is_dir():
+        raise FileNotFoundError(f"work dir {workdir} must be an existing directory (not a symlink)")
+    root_fd = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    os.close(root_fd)
+    for rel, content in files.items():
+        target = workdir / check_relative_path(rel)
+        _refuse_symlinks(workdir, target)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(content.encode() if isinstance(content, str) else bytes(content))
+    if owner is not None:
+        for top, dirs, names in os.walk(workdir, followlinks=False):
+            os.chown(top, owner, owner, follow_symlinks=False)
+            for name in dirs + names:
+                os.chown(os.path.join(top, name), owner, owner, follow_symlinks=False)
+    os.chmod(workdir, 0o700)
+    return workdir
+
+
+def _refuse_symlinks(root: Path, target: Path) -> None:
+    current = root
+    for part in target.relative_to(root).parts:
+        current = current / part
+        if current.is_symlink():
+            raise ValueError(f"refusing to write through the symlink {current} planted in the work dir")
+
+
 def remove_tree(path: Path) -> None:
     """Deletes a work dir without following symlinks the sandboxed code may have planted."""
     shutil.rmtree(path, ignore_errors=True)
@@ -244,6 +277,7 @@ class ProcessOutcome:
     timed_out: bool
     output_exceeded: bool
     duration_s: float
+    launch_error: str | None = None
 
 
 def run_process_tree(
@@ -264,11 +298,14 @@ def run_process_tree(
         stdin_file.seek(0)
     start = time.monotonic()
     with stdin_file:
-        proc = subprocess.Popen(
-            list(cmd), stdin=stdin_file, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd,
-            env=dict(env), start_new_session=True, close_fds=True,
-            user=user, group=user, extra_groups=[] if user is not None else None,
-        )
+        try:
+            proc = subprocess.Popen(
+                list(cmd), stdin=stdin_file, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd,
+                env=dict(env), start_new_session=True, close_fds=True,
+                user=user, group=user, extra_groups=[] if user is not None else None,
+            )
+        except (OSError, ValueError) as error:  # E2BIG (argument over 128 KiB), an embedded NUL byte
+            return ProcessOutcome(None, b"", b"", False, False, time.monotonic() - start, f"cannot start: {error}")
     try:
         stdout, stderr, timed_out, exceeded = _pump(proc, start + timeout_s, output_limit_bytes)
     finally:
@@ -447,7 +484,7 @@ class SandboxSession:
         return SandboxResult(exit_code, bytes(self._buffer).decode("utf-8", "replace"), stderr, timed_out,
                              killed_by, None, time.monotonic() - self.start, files)
 
-    def __enter__(self) -> "SandboxSession":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

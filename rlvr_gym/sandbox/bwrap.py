@@ -16,6 +16,7 @@ from rlvr_gym.sandbox.base import (
     SandboxResult,
     SandboxSession,
     SandboxUnavailableError,
+    adopt_workdir,
     classify_exit,
     collect_files,
     make_workdir,
@@ -76,8 +77,14 @@ class BwrapSandbox:
         stdin: str | bytes | None = None,
         collect: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
+        workdir: str | Path | None = None,
     ) -> SandboxResult:
         """Runs ``argv`` in ``/workspace``, a fresh dir holding ``files``. See :class:`Sandbox`.
+
+        Args:
+            workdir: optional caller-owned host dir to use as ``/workspace`` instead of a fresh one (for
+                multi-step episodes on a persistent file system); ``files`` are written into it, and it is
+                kept after the run. Everything in it becomes writable by the sandboxed code.
 
         Raises:
             ValueError: on an empty ``argv`` or a file path that leaves the work dir.
@@ -85,7 +92,9 @@ class BwrapSandbox:
         if not argv:
             raise ValueError("argv must name a command, got an empty list")
         host_uid = _host_uid()
-        workdir = make_workdir(files, host_uid, self.workdir_root)
+        keep = workdir is not None
+        workdir = adopt_workdir(Path(workdir), files, host_uid) if keep else make_workdir(  # type: ignore[arg-type]
+            files, host_uid, self.workdir_root)
         try:
             cmd = self._command(argv, workdir, limits, env or {}, host_uid)
             outcome = run_process_tree(
@@ -94,7 +103,7 @@ class BwrapSandbox:
             )
             stdout = outcome.stdout.decode("utf-8", "replace")
             stderr = outcome.stderr.decode("utf-8", "replace")
-            sandbox_error = _launcher_error(outcome.returncode, stderr)
+            sandbox_error = outcome.launch_error or _launcher_error(outcome.returncode, stderr)
             exit_code, killed_by = classify_exit(outcome.returncode, stderr, signal_offset=True)
             if outcome.output_exceeded:
                 killed_by = "output"
@@ -103,7 +112,8 @@ class BwrapSandbox:
                 collect_files(workdir, collect) if collect else {},
             )
         finally:
-            remove_tree(workdir)
+            if not keep:
+                remove_tree(workdir)
 
     def spawn(
         self,

@@ -14,6 +14,7 @@ from rlvr_gym.sandbox.base import (
     SandboxResult,
     SandboxSession,
     SandboxUnavailableError,
+    adopt_workdir,
     classify_exit,
     collect_files,
     make_workdir,
@@ -57,11 +58,15 @@ class SubprocessSandbox:
         stdin: str | bytes | None = None,
         collect: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
+        workdir: str | Path | None = None,
     ) -> SandboxResult:
-        """Runs ``argv`` in a fresh temporary dir holding ``files``. See :class:`rlvr_gym.sandbox.Sandbox`."""
+        """Runs ``argv`` in a fresh temporary dir holding ``files`` (or in the caller's ``workdir``, kept
+        afterwards). See :class:`rlvr_gym.sandbox.Sandbox`."""
         if not argv:
             raise ValueError("argv must name a command, got an empty list")
-        workdir = make_workdir(files, None, self.workdir_root)
+        keep = workdir is not None
+        workdir = adopt_workdir(Path(workdir), files, None) if keep else make_workdir(  # type: ignore[arg-type]
+            files, None, self.workdir_root)
         try:
             outcome = run_process_tree(
                 self._command(argv, limits), stdin=stdin, timeout_s=limits.timeout_s,
@@ -73,10 +78,11 @@ class SubprocessSandbox:
             if outcome.output_exceeded:
                 killed_by = "output"
             files_out = collect_files(workdir, collect) if collect else {}
-            return SandboxResult(exit_code, stdout, stderr, outcome.timed_out, killed_by, None,
+            return SandboxResult(exit_code, stdout, stderr, outcome.timed_out, killed_by, outcome.launch_error,
                                  outcome.duration_s, files_out)
         finally:
-            remove_tree(workdir)
+            if not keep:
+                remove_tree(workdir)
 
     def spawn(
         self,

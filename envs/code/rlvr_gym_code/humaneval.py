@@ -96,7 +96,8 @@ def verify_humaneval(
     return RewardResult(float(report.passed), components, report.reason[:2000]), report
 
 
-def _feedback(report: JudgeReport) -> str:
+def feedback(report: JudgeReport) -> str:
+    """The observation after a failing attempt: the failing test, the error and the program's output."""
     text = f"Your solution failed: {report.reason}"
     if report.output.strip():
         text += f"\nYour program printed:\n{report.output[-1500:]}"
@@ -124,15 +125,27 @@ class HumanEvalEnv(Env):
         self.limits = SandboxLimits(timeout_s=timeout_s, cpu_time_s=max(1, int(timeout_s)),
                                     output_limit_bytes=DEFAULT_LIMITS.output_limit_bytes)
 
+    required_keys: tuple[str, ...] = ("prompt", "entry_point", "test")
+
     def _reset(self, task: Task | None) -> tuple[str, dict[str, Any]]:
-        if task is None or "prompt" not in task.data:
-            raise ValueError("HumanEval envs need options={'task': task} with a task from tasks/code/humaneval.jsonl")
-        self.data = task.data
+        missing = [k for k in self.required_keys if task is None or k not in task.data]
+        if missing:
+            raise ValueError(f"{type(self).__name__} needs options={{'task': task}} with task.data keys {missing}; "
+                             f"use a task from this env's default suite in tasks/code/")
+        self.data = task.data  # type: ignore[union-attr]
         self.last_report: JudgeReport | None = None
-        return INSTRUCTIONS.format(**task.data), {"entry_point": task.data["entry_point"]}
+        return self.instructions(), {"entry_point": self.data["entry_point"]}
+
+    def instructions(self) -> str:
+        """The first observation: the problem statement, never the hidden tests."""
+        return INSTRUCTIONS.format(**self.data)
+
+    def verify(self, action: str) -> tuple[RewardResult, JudgeReport]:
+        """Scores one action on the current task (subclasses with other task formats override this)."""
+        return verify_humaneval(self.data, action, backend=self.backend, limits=self.limits)
 
     def _judge(self, action: str) -> tuple[RewardResult, dict[str, Any]]:
-        reward, report = verify_humaneval(self.data, action, backend=self.backend, limits=self.limits)
+        reward, report = self.verify(action)
         self.last_report = report
         info: dict[str, Any] = {"reward_details": reward.to_dict(), "success": reward.success,
                                 "num_asserts": report.num_asserts, "num_calls": report.num_calls}
@@ -142,7 +155,7 @@ class HumanEvalEnv(Env):
 
     def _step(self, action: str) -> StepResult:
         reward, info = self._judge(action)
-        observation = "All tests passed." if reward.success else _feedback(self.last_report)  # type: ignore[arg-type]
+        observation = "All tests passed." if reward.success else feedback(self.last_report)  # type: ignore[arg-type]
         return StepResult(observation, reward.value, True, False, info)
 
 
@@ -159,4 +172,4 @@ class HumanEvalRefineEnv(HumanEvalEnv):
         reward, info = self._judge(action)
         if reward.success:
             return StepResult("All tests passed.", 1.0, True, False, info)
-        return StepResult(_feedback(self.last_report), 0.0, False, False, info)  # type: ignore[arg-type]
+        return StepResult(feedback(self.last_report), 0.0, False, False, info)  # type: ignore[arg-type]

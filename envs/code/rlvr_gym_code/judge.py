@@ -30,6 +30,7 @@ import importlib.resources
 import secrets
 import threading
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -181,7 +182,8 @@ def worker_source() -> str:
 def check_syntax(program: str) -> str | None:
     """Returns None when ``program`` parses as Python, else the error, formatted for the agent."""
     try:
-        with AST_LOCK:
+        with AST_LOCK, warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the candidate's invalid escapes are its business
             ast.parse(program)
     except SyntaxError as error:
         return f"SyntaxError: {error.msg} (line {error.lineno})"
@@ -215,9 +217,14 @@ def judge_python(
         return JudgeReport(False, reason=syntax_error, failure=failure)
     code = instrument_tests(tests.test_source)
     box = sandbox or get_sandbox()
-    session = box.spawn(  # type: ignore[attr-defined]
-        [PYTHON, "-I", "-S", WORKER_FILE], files={WORKER_FILE: worker_source(), SOLUTION_FILE: program}, limits=limits
-    )
+    try:
+        session = box.spawn(  # type: ignore[attr-defined]
+            [PYTHON, "-I", "-S", WORKER_FILE], files={WORKER_FILE: worker_source(), SOLUTION_FILE: program},
+            limits=limits,
+        )
+    except (OSError, ValueError) as error:  # could not start a process (no pids left, NUL byte in the program)
+        failure = Failure(FailureKind.SANDBOX_ERROR, f"the sandbox could not start: {error}")
+        return JudgeReport(False, reason=failure.message, failure=failure, duration_s=time.monotonic() - start)
     report = JudgeReport(False)
     try:
         _run_tests(session, tests, code, report)
