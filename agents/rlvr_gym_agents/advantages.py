@@ -116,7 +116,20 @@ def masked_whiten(values: Tensor, mask: Tensor, eps: float = 1e-8) -> Tensor:
 
 
 def broadcast_to_tokens(advantages: Tensor, mask: Tensor) -> Tensor:
-    """Per-trajectory advantages (B,) to per-token advantages (B, T), zero where ``mask`` is 0."""
+    """Per-token advantages (B, T), zero where ``mask`` is 0.
+
+    Args:
+        advantages: one per trajectory, shape (B,); or already per token (tree / turn-level credit, e.g.
+            :meth:`rlvr_gym_agents.tree_sampler.TreeRollout.training_batch` padded to (B, T)), shape (B, T).
+        mask: (B, T), 1 on trained tokens.
+
+    Raises:
+        ValueError: per-token advantages whose shape differs from the mask's.
+    """
+    if advantages.ndim == 2:
+        if advantages.shape != mask.shape:
+            raise ValueError(f"per-token advantages {tuple(advantages.shape)} must match the mask {tuple(mask.shape)}")
+        return advantages.to(torch.float32) * mask.to(torch.float32)
     return advantages[:, None].to(torch.float32) * mask.to(torch.float32)
 
 

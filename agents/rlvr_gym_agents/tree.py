@@ -13,8 +13,10 @@ trainer consumes, and :meth:`RolloutTree.token_advantages` gives the matching pe
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -171,3 +173,54 @@ class RolloutTree:
             pieces += [torch.full((lengths[n],), per_leaf[leaf] * weights[leaf][n]) for n in self.path(leaf)[1:]]
             rows.append(torch.cat(pieces).to(torch.float32))
         return rows
+
+
+def tree_metrics(
+    trees: Sequence[RolloutTree], num_globals: Sequence[int], num_branches: Sequence[int]
+) -> dict[str, Any]:
+    """Per-step tree metrics.
+
+    Returns a dict with: ``leaves_per_task`` (list), ``global_samples`` / ``branches`` (totals),
+    ``branch_points_per_depth`` ({depth: nodes with >= 2 children}), ``distinct_successful`` (mean per task
+    of distinct successful action sequences), ``entropy_per_turn`` ({depth: mean token entropy of the turns
+    at that depth}), ``tokens_generated`` (each shared token counted once), ``flat_equivalent_tokens``
+    (generated tokens summed over leaf paths: what independent sampling of the same leaves costs),
+    ``tokens_per_leaf`` and ``prefix_sharing_ratio`` (tokens_generated / flat_equivalent_tokens).
+    """
+    depth_branch: dict[int, int] = {}
+    depth_entropy: dict[int, list[float]] = {}
+    generated = flat = 0
+    distinct = []
+    leaves_per_task = []
+    for tree in trees:
+        children: dict[int, int] = {}
+        for node in tree.nodes[1:]:
+            children[node.parent] = children.get(node.parent, 0) + 1
+            generated += len(node.generated_ids)
+            depth_entropy.setdefault(node.depth, []).extend(node.entropies)
+        for parent, count in children.items():
+            if count >= 2:
+                depth = tree.nodes[parent].depth
+                depth_branch[depth] = depth_branch.get(depth, 0) + 1
+        leaves = tree.leaves()
+        leaves_per_task.append(len(leaves))
+        flat += sum(len(tree.nodes[n].generated_ids) for leaf in leaves for n in tree.path(leaf))
+        wins = {
+            tuple(turn.action for n in tree.path(leaf)[1:] if (turn := tree.nodes[n].turn) is not None)
+            for leaf in leaves
+            if tree.nodes[leaf].success
+        }
+        distinct.append(len(wins))
+    total_leaves = max(1, sum(leaves_per_task))
+    return {
+        "leaves_per_task": leaves_per_task,
+        "global_samples": int(sum(num_globals)),
+        "branches": int(sum(num_branches)),
+        "branch_points_per_depth": dict(sorted(depth_branch.items())),
+        "distinct_successful": float(np.mean(distinct)) if distinct else 0.0,
+        "entropy_per_turn": {d: float(np.mean(v)) for d, v in sorted(depth_entropy.items()) if v},
+        "tokens_generated": generated,
+        "flat_equivalent_tokens": flat,
+        "tokens_per_leaf": generated / total_leaves,
+        "prefix_sharing_ratio": generated / flat if flat else 1.0,
+    }

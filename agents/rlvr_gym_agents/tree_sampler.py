@@ -23,7 +23,6 @@ The KV cache of :class:`~rlvr_gym_agents.policy.TransformersPolicy` is reused ac
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import logging
 import traceback
@@ -31,16 +30,16 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-import torch
-import torch.nn.functional as F
+from torch import Tensor
 
 import rlvr_gym
 from rlvr_gym import Env, Failure, FailureKind, Task
 from rlvr_gym_agents.chat import ChatFormat
-from rlvr_gym_agents.policy import Generation, KVState, Policy, SamplingParams
-from rlvr_gym_agents.rollout import Turn
-from rlvr_gym_agents.tree import RolloutTree
+from rlvr_gym_agents.policy import Generation, Policy, SamplingParams
+from rlvr_gym_agents.rollout import Trajectory, Turn
+from rlvr_gym_agents.tree import RolloutTree, tree_metrics
 from rlvr_gym_agents.tree_branching import BranchConfig, BranchState, global_sample_count, segment_entropy
+from rlvr_gym_agents.tree_kv import RewindInfo, merge_kv_states
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +78,19 @@ class TreeRollout:
 
     trees: list[RolloutTree]
     metrics: dict[str, Any]
+
+    def training_batch(
+        self, credit: str = "soft", estimator: str = "grpo", dedup: bool = False
+    ) -> tuple[list[Trajectory], list[Tensor]]:
+        """Leaf trajectories of every tree (tree order, then leaf order) and their per-token advantages.
+
+        With ``credit="soft"`` every token of a leaf gets the leaf's group advantage, which equals what the
+        flat trainer computes for the same episodes (ARPO's default). See :meth:`RolloutTree.token_advantages`
+        for the other modes.
+        """
+        trajectories = [t for tree in self.trees for t in tree.trajectories()]
+        advantages = [a for tree in self.trees for a in tree.token_advantages(credit, estimator, dedup)]
+        return trajectories, advantages
 
 
 @dataclasses.dataclass
@@ -286,7 +298,7 @@ class _Run:
         if warm:
             rows = [self.state_rows.index(p.path_id) for p in warm]
             state = self.state if rows == list(range(len(self.state))) else self.state.select(rows)
-            rewind = _RewindInfo.of(state, [p.path_id for p in warm])
+            rewind = RewindInfo.of(state, [p.path_id for p in warm])
             gens, state = policy.generate([p.feed_ids for p in warm], self.sampling, state)
             out.update({p.path_id: g for p, g in zip(warm, gens, strict=True)})
             states.append(state)
@@ -397,7 +409,7 @@ class _Run:
             )
 
     def _rebuild_state(
-        self, running: list[_Path], post_state: Any, rewind: _RewindInfo | None, children: list[tuple[_Path, int]]
+        self, running: list[_Path], post_state: Any, rewind: RewindInfo | None, children: list[tuple[_Path, int]]
     ) -> None:
         """The next round's KV state: surviving running rows, then each child's rewound copy of its parent."""
         if post_state is None:
@@ -412,66 +424,6 @@ class _Run:
             rows.append(child.path_id)
         self.state = merge_kv_states(parts) if parts else None
         self.state_rows = rows
-
-
-@dataclasses.dataclass
-class _RewindInfo:
-    """What a KV state looked like before a generate call, to rewind a row to its turn boundary."""
-
-    num_slots: int
-    next_position: dict[int, int]
-    pending: dict[int, list[int]]
-
-    @classmethod
-    def of(cls, state: KVState, path_ids: list[int]) -> _RewindInfo:
-        return cls(
-            int(state.attention_mask.shape[1]),
-            dict(zip(path_ids, state.next_position.tolist(), strict=True)),
-            {pid: list(p) for pid, p in zip(path_ids, state.pending, strict=True)},
-        )
-
-    def apply(self, row_state: KVState, path_id: int) -> KVState:
-        """Drops the slots added since the snapshot from a one-row state (a copy made by ``select``)."""
-        for layer in row_state.cache.layers:
-            layer.keys = layer.keys[..., : self.num_slots, :]
-            layer.values = layer.values[..., : self.num_slots, :]
-        row_state.attention_mask = row_state.attention_mask[:, : self.num_slots]
-        row_state.next_position = torch.full_like(row_state.next_position, self.next_position[path_id])
-        row_state.pending = [list(self.pending[path_id])]
-        return row_state
-
-
-def merge_kv_states(states: Sequence[KVState]) -> KVState:
-    """Stacks the rows of several KV states; shorter caches get hole slots (attention mask 0) at the end.
-
-    Positions are explicit in :class:`KVState`, so a hole changes nothing a row attends to.
-
-    Raises:
-        TypeError: a cache layer has no ``keys``/``values`` tensors (not a transformers DynamicCache).
-    """
-    states = [s for s in states if len(s) > 0]
-    if len(states) == 1:
-        return states[0]
-    width = max(int(s.attention_mask.shape[1]) for s in states)
-    base = states[0].cache
-    cache = copy.copy(base)
-    cache.layers = []
-    for index, layer in enumerate(base.layers):
-        if not hasattr(layer, "keys"):
-            raise TypeError(f"cannot merge cache layer {type(layer).__name__}: no keys/values tensors")
-        merged = copy.copy(layer)
-        merged.keys = torch.cat([_pad_slots(s.cache.layers[index].keys, width) for s in states])
-        merged.values = torch.cat([_pad_slots(s.cache.layers[index].values, width) for s in states])
-        cache.layers.append(merged)
-    mask = torch.cat([F.pad(s.attention_mask, (0, width - s.attention_mask.shape[1])) for s in states])
-    return KVState(
-        cache, mask, torch.cat([s.next_position for s in states]), [list(p) for s in states for p in s.pending]
-    )
-
-
-def _pad_slots(tensor: torch.Tensor, width: int) -> torch.Tensor:
-    """Right-pads the slot dimension (-2) of a (B, heads, L, head_dim) cache tensor with zeros."""
-    return F.pad(tensor, (0, 0, 0, width - tensor.shape[-2]))
 
 
 def _crash(where: str, error: BaseException) -> Failure:
@@ -489,54 +441,3 @@ def _close(env: Env | None) -> None:
         env.close()
     except Exception as error:  # noqa: BLE001  # closing is best effort; the episode is already recorded
         logger.warning("env.close() raised %s: %s", type(error).__name__, error)
-
-
-def tree_metrics(
-    trees: Sequence[RolloutTree], num_globals: Sequence[int], num_branches: Sequence[int]
-) -> dict[str, Any]:
-    """Per-step tree metrics.
-
-    Returns a dict with: ``leaves_per_task`` (list), ``global_samples`` / ``branches`` (totals),
-    ``branch_points_per_depth`` ({depth: nodes with >= 2 children}), ``distinct_successful`` (mean per task
-    of distinct successful action sequences), ``entropy_per_turn`` ({depth: mean token entropy of the turns
-    at that depth}), ``tokens_generated`` (each shared token counted once), ``flat_equivalent_tokens``
-    (generated tokens summed over leaf paths: what independent sampling of the same leaves costs),
-    ``tokens_per_leaf`` and ``prefix_sharing_ratio`` (tokens_generated / flat_equivalent_tokens).
-    """
-    depth_branch: dict[int, int] = {}
-    depth_entropy: dict[int, list[float]] = {}
-    generated = flat = 0
-    distinct = []
-    leaves_per_task = []
-    for tree in trees:
-        children: dict[int, int] = {}
-        for node in tree.nodes[1:]:
-            children[node.parent] = children.get(node.parent, 0) + 1
-            generated += len(node.generated_ids)
-            depth_entropy.setdefault(node.depth, []).extend(node.entropies)
-        for parent, count in children.items():
-            if count >= 2:
-                depth = tree.nodes[parent].depth
-                depth_branch[depth] = depth_branch.get(depth, 0) + 1
-        leaves = tree.leaves()
-        leaves_per_task.append(len(leaves))
-        flat += sum(len(tree.nodes[n].generated_ids) for leaf in leaves for n in tree.path(leaf))
-        wins = {
-            tuple(turn.action for n in tree.path(leaf)[1:] if (turn := tree.nodes[n].turn) is not None)
-            for leaf in leaves
-            if tree.nodes[leaf].success
-        }
-        distinct.append(len(wins))
-    total_leaves = max(1, sum(leaves_per_task))
-    return {
-        "leaves_per_task": leaves_per_task,
-        "global_samples": int(sum(num_globals)),
-        "branches": int(sum(num_branches)),
-        "branch_points_per_depth": dict(sorted(depth_branch.items())),
-        "distinct_successful": float(np.mean(distinct)) if distinct else 0.0,
-        "entropy_per_turn": {d: float(np.mean(v)) for d, v in sorted(depth_entropy.items()) if v},
-        "tokens_generated": generated,
-        "flat_equivalent_tokens": flat,
-        "tokens_per_leaf": generated / total_leaves,
-        "prefix_sharing_ratio": generated / flat if flat else 1.0,
-    }

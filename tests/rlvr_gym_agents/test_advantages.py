@@ -82,6 +82,12 @@ def test_masked_whiten_mean_zero_var_one() -> None:
 def test_broadcast_to_tokens_masks() -> None:
     out = broadcast_to_tokens(torch.tensor([2.0, -1.0]), torch.tensor([[1, 0, 1], [0, 1, 1]]))
     torch.testing.assert_close(out, torch.tensor([[2.0, 0.0, 2.0], [0.0, -1.0, -1.0]]))
+    per_token = broadcast_to_tokens(
+        torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]), torch.tensor([[1, 0, 1], [0, 1, 1]])
+    )
+    torch.testing.assert_close(per_token, torch.tensor([[1.0, 0.0, 3.0], [0.0, 5.0, 6.0]]))
+    with pytest.raises(ValueError, match="match the mask"):
+        broadcast_to_tokens(torch.zeros(2, 4), torch.ones(2, 3))
 
 
 def test_overlong_penalty_piecewise_linear() -> None:

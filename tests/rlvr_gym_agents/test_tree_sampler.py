@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 import torch
+from rlvr_gym_agents.advantages import group_advantages
 from rlvr_gym_agents.chat import ChatFormat
 from rlvr_gym_agents.policy import SamplingParams, TransformersPolicy
 from rlvr_gym_agents.tiny import build_model, build_tokenizer
@@ -14,7 +15,7 @@ from rlvr_gym_agents.tree import RolloutTree
 from rlvr_gym_agents.tree_branching import BranchConfig
 from rlvr_gym_agents.tree_sampler import TreeSampler, TreeSamplerConfig
 
-from rlvr_gym import Env
+from rlvr_gym import Env, StepResult
 from rlvr_gym.testing.toy import WORDS, EchoEnv, echo_tasks
 
 TEXTS = (
@@ -181,3 +182,30 @@ def test_env_crash_becomes_a_leaf(tokenizer: Any) -> None:
     for tree in trees:
         assert len(tree.leaves()) == 4
         assert all(tree.nodes[leaf].failures[0].kind.value == "env_crash" for leaf in tree.leaves())
+
+
+class ScoredEcho(EchoEnv):
+    """Two turns, then a reward that varies with the action text (so group advantages are not all 0)."""
+
+    def _step(self, action: str) -> Any:
+        if self.turn < 2:
+            return StepResult("go on", 0.0, False, False, {})
+        return StepResult("done", float(len(action) % 3), True, False, {"success": len(action) % 3 == 2})
+
+
+def test_training_batch_soft_credit_equals_flat_group_advantages(tokenizer: Any) -> None:
+    sampler = TreeSampler(
+        _policy(tokenizer),
+        ChatFormat(tokenizer),
+        TreeSamplerConfig(num_leaves=4, branch=ALWAYS),
+        env_factory=lambda env_id, **kw: ScoredEcho(**kw),
+    )
+    rollout = sampler.sample(echo_tasks(2), SAMPLING)
+    trajectories, token_adv = rollout.training_batch("soft", "grpo")
+    assert [t.group for t in trajectories] == [0, 0, 0, 0, 1, 1, 1, 1]
+    rewards = torch.tensor([t.reward for t in trajectories])
+    assert len(set(rewards.tolist())) > 1
+    expected = group_advantages(rewards, torch.tensor([t.group for t in trajectories]))
+    for traj, adv, want in zip(trajectories, token_adv, expected, strict=True):
+        generated = torch.tensor(traj.loss_mask, dtype=torch.bool)
+        torch.testing.assert_close(adv[generated], torch.full((int(generated.sum()),), float(want)))
