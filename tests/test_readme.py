@@ -101,3 +101,12 @@ def test_benchmarks_readme_lists_every_benchmark() -> None:
     listed = (folder / "README.md").read_text(encoding="utf-8")
     missing = [p.name for p in folder.glob("*.py") if f"`{p.name}`" not in listed]
     assert not missing, f"add a row for {missing} to benchmarks/README.md"
+
+
+def test_environments_section_names_every_installed_family() -> None:
+    import rlvr_gym
+    import rlvr_gym.testing  # registers the testing family
+
+    listed = set(re.findall(r"^\| `(\w+)` \|", _section("Environments"), re.MULTILINE))
+    missing = sorted({s.family for s in rlvr_gym.list_envs()} - listed)
+    assert not missing, f"add the families {missing} to the README's Environments table"
