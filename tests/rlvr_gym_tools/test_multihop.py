@@ -123,3 +123,19 @@ def test_oracle_action_solves_seeded_episodes_with_python_calls() -> None:
                 break
         assert total == 1.0, (seed, actions)
         assert actions[0].startswith("lookup(entity=")
+
+
+def test_easy_suites_have_only_entity_questions_of_one_or_two_hops() -> None:
+    for name in ("tools/multihop_easy_train", "tools/multihop_easy_test"):
+        suite = load_suite(name)
+        assert {t.metadata["kind"] for t in suite} == {"entity"}
+        assert {t.metadata["hops"] for t in suite} == {1, 2}
+
+
+def test_names_come_from_closed_pools() -> None:
+    from rlvr_gym_tools.kb import NAME_POOLS
+
+    words = {w for pool in NAME_POOLS.values() for w in pool}
+    for seed in range(20):
+        for name in build_kb(seed).types:
+            assert set(name.split()) & words, name

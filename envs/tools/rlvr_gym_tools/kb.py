@@ -1,6 +1,7 @@
 """Seeded synthetic knowledge bases of fictional entities, with BM25 search over their documents.
 
-Every name is made of random syllables, so no pretrained model has seen the facts: answering needs the tools.
+Every name is a made-up word (from closed pools, see :data:`NAME_POOLS`) and every fact is drawn per seed, so
+no pretrained model has seen the facts: answering needs the tools.
 A :class:`KnowledgeBase` holds people, companies, cities and countries linked by functional relations
 (each entity has exactly one value per relation of its type) and numeric attributes; every entity has one
 short document stating its facts in fixed sentence templates. The same seed and sizes always give the same
@@ -18,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import bm25s
@@ -55,50 +57,35 @@ ATTRIBUTE_SENTENCES = {
     "population": "The population of {s} is {v}.",
     "area_km2": "The area of {s} is {v} square kilometres.",
 }
-_SYLLABLES = [
-    "ka",
-    "ri",
-    "to",
-    "ven",
-    "mar",
-    "lo",
-    "sa",
-    "del",
-    "qu",
-    "in",
-    "bra",
-    "th",
-    "or",
-    "el",
-    "ny",
-    "ga",
-    "fen",
-    "dor",
-    "ul",
-    "vi",
-    "sk",
-    "ar",
-    "mon",
-    "tes",
-    "pa",
-    "lin",
-    "ro",
-    "cas",
-    "zel",
-    "hu",
-    "ber",
-    "na",
-    "wy",
-    "tor",
-    "is",
-    "fal",
-    "gre",
-    "op",
-    "ju",
-    "kel",
-]
+_SYLLABLES = (
+    "ka ri to ven mar lo sa del qu in bra th or el ny ga fen dor ul vi sk ar mon tes pa lin ro cas zel hu ber "
+    "na wy tor is fal gre op ju kel"
+).split()  # fmt: skip
 _COMPANY_SUFFIXES = ("Labs", "Works", "Holdings", "Systems", "Foundry", "Group")
 _COUNTRY_SUFFIXES = ("ia", "land", "stan", "ora")
+_CITY_PREFIXES = ("Port", "New", "Upper", "Lower")
+_COUNTRY_PREFIXES = ("North", "South", "East", "West")
+
+
+def _name_pools(seed: int = 20261130) -> dict[str, list[str]]:
+    """Closed pools of made-up words (fixed seed), so a word-level tokenizer trained on some knowledge bases
+    covers the names of all of them, while the facts linking them differ per seed."""
+    rng, seen, pools = np.random.default_rng(seed), set(), {}
+    sizes = {"first": 48, "surname": 48, "company": 32, "city": 64, "country": 24}
+    for pool, size in sizes.items():
+        words: list[str] = []
+        while len(words) < size:
+            word = "".join(_SYLLABLES[int(i)] for i in rng.integers(len(_SYLLABLES), size=2 + int(rng.integers(2))))
+            if pool == "country":
+                word += _COUNTRY_SUFFIXES[int(rng.integers(len(_COUNTRY_SUFFIXES)))]
+            if word not in seen:
+                seen.add(word)
+                words.append(word.capitalize())
+        pools[pool] = words
+    return pools
+
+
+NAME_POOLS = _name_pools()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,14 +180,12 @@ class KnowledgeBase:
             self.types[self._fresh_name(rng, kind, share_word_with=base)] = kind
 
     def _fresh_name(self, rng: np.random.Generator, kind: str, share_word_with: str | None = None) -> str:
-        while True:
-            name = _name(rng, kind)
-            if share_word_with is not None:
-                words = name.split()
-                words[0] = share_word_with.split()[0]
-                name = " ".join(words) if len(words) > 1 else f"{words[0]} {_word(rng, 2)}"
-            if _key(name) not in {_key(n) for n in self.types}:
+        taken = {_key(n) for n in self.types}
+        for _ in range(1000):
+            name = _name(rng, kind) if share_word_with is None else _look_alike(rng, kind, share_word_with)
+            if _key(name) not in taken:
                 return name
+        raise ValueError(f"no unused {kind} name left; use fewer entities than the name pools hold")
 
     def _link(self, rng: np.random.Generator) -> None:
         for name, kind in self.types.items():
@@ -257,15 +242,23 @@ def _key(name: str) -> str:
     return " ".join(name.lower().split())
 
 
-def _word(rng: np.random.Generator, num_syllables: int) -> str:
-    return "".join(_SYLLABLES[int(i)] for i in rng.integers(len(_SYLLABLES), size=num_syllables)).capitalize()
+def _pick(rng: np.random.Generator, options: Sequence[str]) -> str:
+    return options[int(rng.integers(len(options)))]
 
 
 def _name(rng: np.random.Generator, kind: str) -> str:
     if kind == "person":
-        return f"{_word(rng, 2)} {_word(rng, 2 + int(rng.integers(2)))}"
+        return f"{_pick(rng, NAME_POOLS['first'])} {_pick(rng, NAME_POOLS['surname'])}"
     if kind == "company":
-        return f"{_word(rng, 2)} {_COMPANY_SUFFIXES[int(rng.integers(len(_COMPANY_SUFFIXES)))]}"
-    if kind == "country":
-        return _word(rng, 2) + _COUNTRY_SUFFIXES[int(rng.integers(len(_COUNTRY_SUFFIXES)))]
-    return _word(rng, 2 + int(rng.integers(2)))
+        return f"{_pick(rng, NAME_POOLS['company'])} {_pick(rng, _COMPANY_SUFFIXES)}"
+    return _pick(rng, NAME_POOLS[kind])
+
+
+def _look_alike(rng: np.random.Generator, kind: str, base: str) -> str:
+    """A name sharing a word with ``base``: same first name, same company stem, or a prefixed place name."""
+    if kind == "person":
+        return f"{base.split()[0]} {_pick(rng, NAME_POOLS['surname'])}"
+    if kind == "company":
+        return f"{base.split()[0]} {_pick(rng, _COMPANY_SUFFIXES)}"
+    prefixes = _CITY_PREFIXES if kind == "city" else _COUNTRY_PREFIXES
+    return f"{_pick(rng, prefixes)} {base.split()[-1]}"

@@ -74,11 +74,13 @@ def multihop_task(index: int, split: Split, hops: int, kind: str, config: KBConf
     )
 
 
-def multihop_suite(name: str, split: Split, num_tasks: int, max_hops: int = 3) -> TaskSuite:
-    """A MultiHopQA suite cycling through hops 1..max_hops and the three question kinds, with gold and wrong."""
+def multihop_suite(
+    name: str, split: Split, num_tasks: int, max_hops: int = 3, kinds: tuple[str, ...] = QUESTION_KINDS
+) -> TaskSuite:
+    """A MultiHopQA suite cycling through hops 1..max_hops and ``kinds``, with gold and wrong."""
     env, oracle, tasks = MultiHopQAEnv(enable_python=False), MultiHopOracle(), []
     for i in range(num_tasks):
-        task = multihop_task(i, split, 1 + i % max_hops, QUESTION_KINDS[(i // max_hops) % len(QUESTION_KINDS)])
+        task = multihop_task(i, split, 1 + i % max_hops, kinds[(i // max_hops) % len(kinds)])
         env.reset(options={"task": task})
         others = [n for n, t in env.kb.types.items() if t == env.kb.types.get(task.data["answer"], "")]
         tasks.append(_with_gold(env, oracle, task, _wrong_answer(task.data["answer"], others)))
@@ -111,6 +113,9 @@ def build_all(root: Path) -> list[Path]:
     suites = [
         multihop_suite("multihop_train", "train", 500),
         multihop_suite("multihop_test", "test", 150),
+        # Entity questions of 1-2 hops (no numbers): a first curriculum step for tiny word-level policies.
+        multihop_suite("multihop_easy_train", "train", 500, max_hops=2, kinds=("entity",)),
+        multihop_suite("multihop_easy_test", "test", 100, max_hops=2, kinds=("entity",)),
         math_suite("math_train", "train", 500),
         math_suite("math_test", "test", 150),
     ]
