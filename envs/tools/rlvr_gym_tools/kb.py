@@ -57,10 +57,7 @@ ATTRIBUTE_SENTENCES = {
     "population": "The population of {s} is {v}.",
     "area_km2": "The area of {s} is {v} square kilometres.",
 }
-_SYLLABLES = (
-    "ka ri to ven mar lo sa del qu in bra th or el ny ga fen dor ul vi sk ar mon tes pa lin ro cas zel hu ber "
-    "na wy tor is fal gre op ju kel"
-).split()  # fmt: skip
+_SYLLABLES = ["ka", "ri", "to", "ven", "mar", "lo", "sa", "del", "qu", "in", "bra", "th", "or", "el", "ny", "ga", "fen", "dor", "ul", "vi", "sk", "ar", "mon", "tes", "pa", "lin", "ro", "cas", "zel", "hu", "ber", "na", "wy", "tor", "is", "fal", "gre", "op", "ju", "kel"]  # fmt: skip
 _COMPANY_SUFFIXES = ("Labs", "Works", "Holdings", "Systems", "Foundry", "Group")
 _COUNTRY_SUFFIXES = ("ia", "land", "stan", "ora")
 _CITY_PREFIXES = ("Port", "New", "Upper", "Lower")
