@@ -9,7 +9,8 @@ An action is one of (see ``environments.md`` §6.5 for the formats in use):
 
 - one or more Hermes/Qwen tool calls, ``<tool_call>{"name": "search", "arguments": {"query": "x"}}</tool_call>``
   (``"parameters"`` is accepted for ``"arguments"``, and the arguments may be a JSON-encoded string as in the
-  OpenAI API);
+  OpenAI API), or in GEM's MCP form ``<tool_call><tool_name>search</tool_name><arguments>{"query": "x"}
+  </arguments></tool_call>``;
 - Python-style calls, ``search(query="x")``, one per line or as a list ``[f(a=1), g(b=2)]`` (BFCL style),
   parsed with :mod:`ast`; keyword arguments with literal values only, never evaluated;
 - a final answer, ``<answer>...</answer>``.
@@ -45,6 +46,7 @@ ActionFormat = Literal["hermes", "python"]
 TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
 _TOOL_CALL_RE = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
 _ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_MCP_RE = re.compile(r"<tool_name>(.*?)</tool_name>\s*(?:<arguments>(.*?)</arguments>)?", re.DOTALL)
 _FENCE_RE = re.compile(r"^```[a-zA-Z]*\n?(.*?)\n?```$", re.DOTALL)
 _FORMAT_HELP = (
     'call a tool with <tool_call>{"name": "tool", "arguments": {...}}</tool_call> or tool(arg=value), '
@@ -149,6 +151,9 @@ def _parse(text: str, formats: tuple[str, ...]) -> ParsedAction:
 
 
 def _hermes(body: str) -> list[ToolCall]:
+    mcp = _MCP_RE.fullmatch(body.strip())
+    if mcp is not None:  # GEM's MCP form: <tool_name>name</tool_name><arguments>{json}</arguments>
+        return [_hermes_item({"name": mcp.group(1).strip(), "arguments": mcp.group(2) or "{}"})]
     try:
         payload = json.loads(body.strip(), parse_constant=_reject_constant)
     except json.JSONDecodeError as error:

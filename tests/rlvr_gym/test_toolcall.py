@@ -60,6 +60,8 @@ class AdderEnv(ToolEnv):
         ('<tool_call>{"name": "f", "arguments": "{\\"x\\": [1]}"}</tool_call>', [("f", {"x": [1]})]),
         ('<tool_call>{"name": "f"}</tool_call> and <tool_call>{"name": "g", "arguments": {}}', [("f", {}), ("g", {})]),
         ("add(a=1, b=-2)", [("add", {"a": 1, "b": -2})]),
+        ('<tool_call><tool_name>add</tool_name><arguments>{"a": 1}</arguments></tool_call>', [("add", {"a": 1})]),
+        ("<tool_call>\n<tool_name>ls</tool_name>\n</tool_call>", [("ls", {})]),
         (
             '[math.hypot(x=4, y=5), g(s="t", l=(1, 2), d={"k": None})]',
             [("math.hypot", {"x": 4, "y": 5}), ("g", {"s": "t", "l": [1, 2], "d": {"k": None}})],
