@@ -45,6 +45,10 @@ _FRAGMENTS = [
     "\\",
     "\x00",
     "1e999",
+    "<tool_name>",
+    "</tool_name>",
+    "<arguments>",
+    "</arguments>",
 ]
 _JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8),
