@@ -21,7 +21,8 @@ def names(counter: RtlProblem):  # type: ignore[no-untyped-def]
 def test_extract_prefers_the_last_verilog_fence() -> None:
     action = f"Thinking...\n```python\nprint(1)\n```\nfirst try:\n```verilog\nmodule A; endmodule\n```\nfinal:\n```systemverilog\n{GOOD}```"
     assert extract_code(action) == GOOD
-    assert extract_code(f"Here it is: {GOOD.strip()} hope it helps") == GOOD
+    assert extract_code(f"Here is the module you asked for:\n{GOOD.strip()} hope it helps") == GOOD
+    assert extract_code(f"`timescale 1ns/1ps\n{GOOD}") == f"`timescale 1ns/1ps\n{GOOD}"
     assert extract_code("no code here") is None
 
 

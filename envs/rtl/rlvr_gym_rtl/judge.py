@@ -5,8 +5,9 @@ Pipeline for one candidate (stages named as in :data:`rlvr_gym_rtl.verdict.Stage
 1. ``extract``: the design from the action (:func:`rlvr_gym_rtl.lint.extract_code`).
 2. ``lint``: pyslang rejects what a design has no business containing (:mod:`rlvr_gym_rtl.lint`) and
    checks ``TopModule``'s interface against the reference's.
-3. ``compile_alone``: ``iverilog -g2012 -s TopModule`` on the candidate alone (no testbench in scope, so
-   hierarchical names into it cannot resolve, and the reference cannot be instantiated).
+3. ``compile_alone``: ``iverilog -g2012 -s TopModule -t null`` (elaboration only) on the candidate alone
+   (no testbench in scope, so hierarchical names into it cannot resolve, and the reference cannot be
+   instantiated).
 4. ``compile``: ``iverilog -Wall -Winfloop -Wno-timescale -g2012 -s tb`` on testbench, reference and
    candidate, *in that order* (the candidate's compiler directives cannot reach the files before it).
 5. ``simulate``: ``vvp -n``; the testbench's verdict line is tagged with a fresh random nonce.
@@ -19,6 +20,7 @@ per process by :attr:`RtlProblem.key`). The verdict itself is the pure :func:`rl
 from __future__ import annotations
 
 import dataclasses
+import os
 import secrets
 import threading
 from typing import Any, ClassVar
@@ -34,15 +36,16 @@ IVERILOG_FLAGS = ("-Wall", "-Winfloop", "-Wno-timescale", "-g2012")
 """The VerilogEval harness's compile flags (its Makefile), minus nothing."""
 _EXIT_ALONE, _EXIT_BUILD = 90, 91
 _SCRIPT = (
-    # The stand-alone elaboration runs beside the full build (two cores), then the verdicts are read in order.
-    f"iverilog -g2012 -s {TOP_MODULE} -o alone.vvp cand.sv >alone.log 2>&1 & alone=$!\n"
-    f"iverilog {' '.join(IVERILOG_FLAGS)} -s tb -o sim.vvp test.sv ref.sv cand.sv >build.log 2>&1; build=$?\n"
-    f"wait $alone || exit {_EXIT_ALONE}\n"
-    f"[ $build -eq 0 ] || exit {_EXIT_BUILD}\n"
+    # `-t null`: elaborate only; the stand-alone run exists to fail on names that leave the design.
+    f"iverilog -g2012 -s {TOP_MODULE} -t null cand.sv >alone.log 2>&1 || exit {_EXIT_ALONE}\n"
+    f"iverilog {' '.join(IVERILOG_FLAGS)} -s tb -o sim.vvp test.sv ref.sv cand.sv >build.log 2>&1 "
+    f"|| exit {_EXIT_BUILD}\n"
     "exec vvp -n sim.vvp\n"
 )
 _SYNTH_SCRIPT = f"yosys -q -p 'read_verilog -sv cand.sv; synth -top {TOP_MODULE}' >synth.log 2>&1"
 _LOG_CHARS = 1500
+RTL_IMAGE = "rlvr-gym/rtl:latest"
+"""The Docker back-end's image (``docker build -t rlvr-gym/rtl:latest docker/rtl``); env ``RLVR_GYM_RTL_IMAGE``."""
 NO_CODE_MESSAGE = (f"no Verilog module found; answer with the complete design in a ```verilog block defining "
                    f"`module {TOP_MODULE}`")
 
@@ -114,7 +117,7 @@ class RtlJudge:
             timeout_s=timeout_s, cpu_time_s=max(1, int(timeout_s) + 1), memory_limit_mb=memory_limit_mb,
             file_size_limit_mb=64, output_limit_bytes=256 * 1024,
         )
-        self.sandbox = get_sandbox(sandbox) if isinstance(sandbox, str) else sandbox
+        self.sandbox = _rtl_sandbox(sandbox) if isinstance(sandbox, str) else sandbox
 
     def __deepcopy__(self, memo: dict[int, Any]) -> RtlJudge:
         return self  # stateless apart from the shared cache and the sandbox handle; forks share it
@@ -191,6 +194,17 @@ class RtlJudge:
     def _synthesizes(self, code: str) -> bool:
         run = self.sandbox.run(["sh", "-c", _SYNTH_SCRIPT], files={"cand.sv": code}, limits=self.limits)
         return run.ok
+
+
+def _rtl_sandbox(backend: str) -> Sandbox:
+    """The sandbox back-end; a Docker one runs the RTL image (:data:`RTL_IMAGE`), which holds iverilog."""
+    sandbox = get_sandbox(backend)
+    if sandbox.name == "docker":
+        from rlvr_gym.sandbox.container import DockerSandbox
+
+        return DockerSandbox(image=os.environ.get("RLVR_GYM_RTL_IMAGE", RTL_IMAGE),
+                             client=getattr(sandbox, "client", None))
+    return sandbox
 
 
 def _candidate_lines(log: str) -> str:

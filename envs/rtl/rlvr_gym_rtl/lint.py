@@ -85,6 +85,7 @@ _NAME_ERRORS = {
 }
 _INCREMENT_OPS = {"Preincrement", "Predecrement", "Postincrement", "Postdecrement"}
 _FENCE = re.compile(r"```[ \t]*([A-Za-z]*)[^\n]*\n(.*?)```", re.DOTALL)
+_RAW_START = re.compile(r"^[ \t]*(?:module\s+[A-Za-z_]|package\s|`[a-z_]+)", re.MULTILINE)
 _VERILOG_TAGS = {"", "verilog", "systemverilog", "sv", "v", "vlog"}
 
 
@@ -122,15 +123,16 @@ def extract_code(action: str) -> str | None:
     """Returns the Verilog design in an agent's action, or None when there is none.
 
     The last fenced block tagged ``verilog``/``systemverilog``/``sv``/``v`` (or untagged) that contains
-    ``module`` wins; without fences, the text from the first ``module`` to the last ``endmodule``.
+    ``module`` wins; without fences, the text from the first line that starts a design (``module``,
+    ``package``, a compiler directive) to the last ``endmodule``.
     """
     blocks = [body for tag, body in _FENCE.findall(action) if tag.lower() in _VERILOG_TAGS and "module" in body]
     if blocks:
         return blocks[-1].strip() + "\n"
-    start, end = action.find("module"), action.rfind("endmodule")
-    if start < 0 or end < start:
+    start, end = _RAW_START.search(action), action.rfind("endmodule")
+    if start is None or end < start.start():
         return None
-    return action[start: end + len("endmodule")] + "\n"
+    return action[start.start(): end + len("endmodule")] + "\n"
 
 
 def harness_names(*sources: str) -> HarnessNames:
