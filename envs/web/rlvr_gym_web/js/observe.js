@@ -32,8 +32,13 @@
   // Text run with only inline, non-interactive children (`Enter <span>Karrie</span> into ...`): one line.
   function textRun(el) {
     if (el.children.length === 0 || !clip(el.textContent, 10)) return false;
-    return Array.from(el.querySelectorAll('*')).every((c) => INLINE.has(c.tagName) && !c.onclick &&
-      !c.hasAttribute('onclick') && !c.hasAttribute('tabindex') && !c.getAttribute('role'));
+    return Array.from(el.querySelectorAll('*')).every((c) => INLINE.has(c.tagName) && !clickable(c) &&
+      !c.getAttribute('role'));
+  }
+  // Handlers added with addEventListener cannot be seen; a pointer cursor is the page's own "clickable" hint.
+  function clickable(el) {
+    return Boolean(el.onclick || el.hasAttribute('onclick') || el.hasAttribute('tabindex') ||
+      (getComputedStyle(el).cursor === 'pointer' && (!el.parentElement || getComputedStyle(el.parentElement).cursor !== 'pointer')));
   }
   function nameOf(el, role) {
     const aria = el.getAttribute('aria-label');
@@ -73,12 +78,11 @@
     if (el.dataset.bid === undefined) el.dataset.bid = String(window.__rlvrNextBid++);
     const role = roleOf(el);
     const name = nameOf(el, role);
-    const interesting = role !== 'generic' || name || el.onclick || el.hasAttribute('onclick') ||
-      el.hasAttribute('tabindex') || el.isContentEditable;
+    const interesting = role !== 'generic' || name || clickable(el) || el.isContentEditable;
     let childDepth = depth;
     if (interesting && el !== document.body) {
       if (lines.length >= maxLines) { truncated = true; return; }
-      const shown = role === 'generic' ? (name ? 'text' : 'clickable') : role;
+      const shown = role === 'generic' ? (clickable(el) ? 'clickable' : 'text') : role;
       const parts = ['  '.repeat(depth) + '[' + el.dataset.bid + ']', shown];
       if (name) parts.push(quote(name));
       lines.push(parts.concat(props(el, role)).join(' '));
