@@ -11,8 +11,10 @@ Per task the sampler grows a :class:`~rlvr_gym_agents.tree.RolloutTree` with exa
    clip((alpha + w (H_t - H_init)) (1 - lambda l), 0, 1) (:mod:`rlvr_gym_agents.tree_branching`). The
    child gets ``env.fork()`` of the state before the parent's step and the parent's KV cache rewound to the
    boundary, so the shared prefix is never generated or prefilled again.
-4. When a task has no running path and fewer than ``n`` paths, half of the remaining budget (at least one)
-   restarts from the prompt as new global samples.
+4. When a task has no running path and fewer than ``n`` paths, the rest of the budget branches at the
+   task's highest-entropy boundaries (TreeRL EPTree-style; the env is rebuilt by replaying the actions and
+   checked against the recorded observation), or, with ``fallback="prompt"`` or when that is impossible, half
+   of it (at least one) restarts from the prompt (ARPO's refill).
 
 Envs with ``supports_fork = False`` branch only at the root: all ``n`` leaves are global samples.
 
@@ -64,10 +66,15 @@ class TreeSamplerConfig:
     """Overrides the env's turn limit when given."""
     seed: int = 0
     """Seeds the branching draws (the policy has its own sampling generator)."""
+    fallback: str = "entropy"
+    """When a task's paths all ended under budget: "entropy" branches at its highest-dH boundaries (env
+    rebuilt by replay, EPTree-style); "prompt" restarts from the prompt (ARPO's refill)."""
 
     def __post_init__(self) -> None:
         if self.num_leaves < 1:
             raise ValueError(f"num_leaves must be >= 1, got {self.num_leaves}")
+        if self.fallback not in ("entropy", "prompt"):
+            raise ValueError(f"fallback must be 'entropy' or 'prompt', got {self.fallback!r}")
         if self.global_samples is not None and not 1 <= self.global_samples <= self.num_leaves:
             raise ValueError(f"global_samples must be in [1, num_leaves={self.num_leaves}], got {self.global_samples}")
 
@@ -226,11 +233,69 @@ class _Run:
             elif budget.globals_started < budget.target_globals:
                 count = budget.target_globals - budget.globals_started
             elif not running:
+                if self.config.fallback == "entropy" and self._start_fallbacks(i, n - budget.started):
+                    continue
                 count = max(1, (n - budget.started) // 2)
             else:
                 count = 0
             for _ in range(min(count, n - budget.started)):
                 self._start_global(i)
+
+    def _start_fallbacks(self, task_index: int, count: int) -> bool:
+        """Spends the rest of a finished task's budget on branches at its highest-entropy boundaries.
+
+        TreeRL's EPTree forks at the top-entropy positions of the existing tree; here the candidates are turn
+        boundaries, scored by dH of the turn that followed (minus the branching penalty per existing child).
+        The env is rebuilt by replaying the path's actions from ``reset`` and checked against the recorded
+        observation; returns False (refill from the prompt instead) when there is no candidate or the replay
+        does not reproduce the state.
+        """
+        tree, cfg = self.trees[task_index], self.config.branch
+        children: dict[int, list[int]] = {}
+        for node in tree.nodes[1:]:
+            children.setdefault(node.parent, []).append(node.index)
+        scored = []
+        for node in tree.nodes[1:]:
+            if node.done or node.index not in children:
+                continue
+            h_init = segment_entropy(tree.nodes[tree.path(node.index)[1]].entropies, cfg.probe_tokens)
+            h_next = max(segment_entropy(tree.nodes[c].entropies, cfg.probe_tokens) for c in children[node.index])
+            scored.append((h_next - h_init - cfg.consecutive_penalty * len(children[node.index]), node.index, h_init))
+        if not scored:
+            return False
+        scored.sort(reverse=True)
+        for k in range(count):
+            _, node_index, h_init = scored[k % len(scored)]
+            if not self._start_replayed_branch(task_index, node_index, children[node_index][0], h_init):
+                return k > 0
+        return True
+
+    def _start_replayed_branch(self, task_index: int, node_index: int, next_node: int, h_init: float) -> bool:
+        tree = self.trees[task_index]
+        env, observation, _ = self._new_env(tree.task)
+        if env is None:
+            return False
+        try:
+            for n in tree.path(node_index)[1:]:
+                turn = tree.nodes[n].turn
+                assert turn is not None  # every non-root node on a path holds a turn
+                observation = env.step(turn.action)[0]
+        except Exception:  # noqa: BLE001  # a replay that fails only costs the fallback
+            _close(env)
+            return False
+        recorded = tree.nodes[next_node].turn
+        if recorded is None or observation != recorded.observation:
+            _close(env)  # nondeterministic env: the replayed state is not the recorded one
+            return False
+        context = self._context_ids_of(task_index, node_index)
+        path = _Path(task_index, self.next_path_id, node_index, env, observation, context, len(context), branched=True)
+        self.next_path_id += 1
+        self.branch_state.initial_entropy[path.path_id] = h_init
+        self.branch_state.consecutive[path.path_id] = 0
+        self.budgets[task_index].started += 1
+        self.num_branches[task_index] += 1
+        self.paths.append(path)
+        return True
 
     def _start_global(self, task_index: int) -> None:
         tree, budget = self.trees[task_index], self.budgets[task_index]
@@ -314,9 +379,12 @@ class _Run:
         return [out[p.path_id] for p in running], merged, rewind
 
     def _context_ids(self, path: _Path) -> list[int]:
-        tree = self.trees[path.task_index]
+        return self._context_ids_of(path.task_index, path.node)
+
+    def _context_ids_of(self, task_index: int, node: int) -> list[int]:
+        tree = self.trees[task_index]
         ids: list[int] = []
-        for n in tree.path(path.node):
+        for n in tree.path(node):
             ids += tree.nodes[n].generated_ids + tree.nodes[n].observation_ids
         return ids
 

@@ -78,7 +78,7 @@ def _make_echo(env_id: str, **kwargs: Any) -> Env:
 
 @pytest.mark.parametrize("branch", [ALWAYS, NEVER, BranchConfig()], ids=["always", "never", "default"])
 def test_exactly_n_leaves_per_task(tokenizer: Any, branch: BranchConfig) -> None:
-    trees = _sample(tokenizer, branch)
+    trees = _sample(tokenizer, branch, fallback="prompt")
     metrics = trees[0].metrics  # type: ignore[attr-defined]
     assert [len(t.leaves()) for t in trees] == [4, 4]
     assert metrics["leaves_per_task"] == [4, 4]
@@ -90,8 +90,9 @@ def test_exactly_n_leaves_per_task(tokenizer: Any, branch: BranchConfig) -> None
         assert metrics["tokens_generated"] < metrics["flat_equivalent_tokens"]
 
 
-def test_children_share_prefix_ids_mask_and_logps(tokenizer: Any) -> None:
-    for tree in _sample(tokenizer, ALWAYS):
+@pytest.mark.parametrize("branch", [ALWAYS, NEVER], ids=["branching", "fallback"])
+def test_children_share_prefix_ids_mask_and_logps(tokenizer: Any, branch: BranchConfig) -> None:
+    for tree in _sample(tokenizer, branch):
         leaves = tree.leaves()
         trajs = dict(zip(leaves, tree.trajectories(), strict=True))
         for a, b in itertools.combinations(leaves, 2):
@@ -209,3 +210,17 @@ def test_training_batch_soft_credit_equals_flat_group_advantages(tokenizer: Any)
     for traj, adv, want in zip(trajectories, token_adv, expected, strict=True):
         generated = torch.tensor(traj.loss_mask, dtype=torch.bool)
         torch.testing.assert_close(adv[generated], torch.full((int(generated.sum()),), float(want)))
+
+
+def test_entropy_fallback_branches_at_internal_boundaries_with_replayed_state(tokenizer: Any) -> None:
+    """Without in-flight branching the budget left after the global samples goes to replayed boundaries."""
+    trees = _sample(tokenizer, NEVER, global_samples=2)
+    metrics = trees[0].metrics  # type: ignore[attr-defined]
+    assert metrics["global_samples"] == 4 and metrics["branches"] == 4
+    for tree in trees:
+        fallbacks = [n for n in tree.nodes if n.branched]
+        assert len(fallbacks) == 2 and all(tree.nodes[n.parent].depth >= 1 for n in fallbacks)
+        for node in fallbacks:  # the replayed env answered the same observation as the recorded sibling
+            sibling = next(c for c in tree.nodes if c.parent == node.parent and c.index != node.index)
+            assert node.turn is not None and sibling.turn is not None
+            assert node.turn.observation == sibling.turn.observation

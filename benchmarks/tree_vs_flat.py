@@ -1,0 +1,151 @@
+"""Tree rollouts vs flat sampling at an equal number of leaves: generated tokens and wall time per leaf.
+
+Usage::
+
+    .venv/bin/python benchmarks/tree_vs_flat.py [--model runs/quickstart-seed0/checkpoint] [--tasks 8]
+        [--leaves 8] [--seeds 3] [--global-samples 2 4] [--max-new-tokens 12]
+
+For each seed, the same tasks (``textworld/easy-train``) are rolled out ``--leaves`` times per task twice, in
+alternating order so a loaded machine slows both alike: flat (:func:`rlvr_gym_agents.rollout.run_episodes`,
+KV cache reused across turns, the baseline) and as trees (:class:`rlvr_gym_agents.tree_sampler.TreeSampler`,
+entropy-balanced branching with ``m`` global samples per task, one line per ``--global-samples`` value, and
+AEPO pre-monitoring). Prints, per configuration: generated tokens per leaf, wall seconds per leaf, success rate
+per leaf, distinct successful action sequences per task, turns per leaf, and the tree/flat ratios (target:
+<= 0.6x tokens per leaf). Numbers only; no verdicts.
+
+The model defaults to the quickstart's checkpoint when it exists (a policy with some skill: entropies that
+differ between turns), else the quickstart's randomly initialised tiny model is built in a temporary folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from rlvr_gym import load_suite
+
+from rlvr_gym_agents.chat import ChatFormat
+from rlvr_gym_agents.config import load_config
+from rlvr_gym_agents.console import Console
+from rlvr_gym_agents.policy import SamplingParams, TransformersPolicy
+from rlvr_gym_agents.rollout import Trajectory, run_episodes
+from rlvr_gym_agents.stages import build_policy
+from rlvr_gym_agents.tree_branching import BranchConfig
+from rlvr_gym_agents.tree_sampler import TreeSampler, TreeSamplerConfig
+
+DEFAULT_MODEL = Path("runs/quickstart-seed0/checkpoint")
+RECIPE = Path("agents/recipes/quickstart.yaml")
+
+
+def load_policy(model: str | None, seed: int) -> tuple[TransformersPolicy, ChatFormat]:
+    """The quickstart checkpoint (or ``model``), or a fresh tiny quickstart model when there is none."""
+    config = load_config(RECIPE, [f"seed={seed}"])
+    path = model or (str(DEFAULT_MODEL) if (DEFAULT_MODEL / "config.json").is_file() else None)
+    if path is not None:
+        config.model.path_or_id = path
+        return build_policy(config, Path(tempfile.mkdtemp()), None, [], Console(False))
+    return build_policy(config, Path(tempfile.mkdtemp(prefix="tree-bench-")), None, [], Console(False))
+
+
+def flat_stats(trajectories: list[Trajectory], seconds: float) -> dict[str, float]:
+    leaves = len(trajectories)
+    wins: dict[str, set[tuple[str, ...]]] = {}
+    for t in trajectories:
+        if t.success:
+            wins.setdefault(t.task_id, set()).add(tuple(turn.action for turn in t.turns))
+    return {
+        "tokens_per_leaf": sum(t.num_generated_tokens for t in trajectories) / leaves,
+        "seconds_per_leaf": seconds / leaves,
+        "success": sum(t.success for t in trajectories) / leaves,
+        "distinct_successful": sum(len(v) for v in wins.values()) / len({t.task_id for t in trajectories}),
+        "turns_per_leaf": sum(len(t.turns) for t in trajectories) / leaves,
+    }
+
+
+def run_flat(
+    policy: TransformersPolicy, chat: ChatFormat, tasks: list[Any], leaves: int, sampling: SamplingParams
+) -> dict[str, float]:
+    began = time.perf_counter()
+    trajectories = run_episodes(policy, chat, [t for t in tasks for _ in range(leaves)], sampling)
+    return flat_stats(trajectories, time.perf_counter() - began)
+
+
+def run_tree(
+    policy: TransformersPolicy, chat: ChatFormat, tasks: list[Any], config: TreeSamplerConfig, sampling: SamplingParams
+) -> dict[str, float]:
+    began = time.perf_counter()
+    rollout = TreeSampler(policy, chat, config).sample(tasks, sampling)
+    seconds = time.perf_counter() - began
+    trajectories = [t for tree in rollout.trees for t in tree.trajectories()]
+    stats = flat_stats(trajectories, seconds)
+    stats["tokens_per_leaf"] = rollout.metrics["tokens_per_leaf"]  # shared prefixes counted once
+    stats["branches_per_task"] = rollout.metrics["branches"] / len(tasks)
+    return stats
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default=None, help="model directory (default: the quickstart checkpoint)")
+    parser.add_argument("--tasks", type=int, default=8, help="tasks per seed")
+    parser.add_argument("--leaves", type=int, default=8, help="leaves (episodes) per task")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--global-samples", type=int, nargs="+", default=[2, 4], help="m values to try")
+    parser.add_argument("--alphas", type=float, nargs="+", default=[0.5, 0.2], help="base branch probabilities")
+    parser.add_argument("--max-new-tokens", type=int, default=12)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    suite = load_suite("textworld/easy-train").tasks
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=args.max_new_tokens)
+    variants: dict[str, TreeSamplerConfig | None] = {"flat": None}
+    for alpha in args.alphas:
+        branch = BranchConfig(alpha=alpha)
+        for m in args.global_samples:
+            variants[f"tree a={alpha} m={m}"] = TreeSamplerConfig(
+                num_leaves=args.leaves, global_samples=m, branch=branch
+            )
+        variants[f"tree a={alpha} pre-mon"] = TreeSamplerConfig(
+            num_leaves=args.leaves, pre_monitoring=True, branch=branch
+        )
+    results: dict[str, list[dict[str, float]]] = {name: [] for name in variants}
+    for seed in range(args.seeds):
+        policy, chat = load_policy(args.model, seed)
+        tasks = suite[seed * args.tasks : (seed + 1) * args.tasks]
+        names = list(variants) if seed % 2 == 0 else list(reversed(variants))  # alternate the order
+        for name in names:
+            policy.generator.manual_seed(seed)
+            config = variants[name]
+            if config is None:
+                stats = run_flat(policy, chat, tasks, args.leaves, sampling)
+            else:
+                config.seed = seed
+                stats = run_tree(policy, chat, tasks, config, sampling)
+            results[name].append(stats)
+            print(f"seed {seed} {name:<24} " + " ".join(f"{k}={v:.3f}" for k, v in stats.items()), flush=True)
+    report(results)
+
+
+def report(results: dict[str, list[dict[str, float]]]) -> None:
+    base = {k: statistics.mean(s[k] for s in results["flat"]) for k in results["flat"][0]}
+    print("\nmeans over seeds (ratio = tree / flat)")
+    header = (
+        f"{'variant':<24} {'tokens/leaf':>12} {'ratio':>6} {'s/leaf':>8} {'ratio':>6} {'success':>8} "
+        f"{'distinct wins/task':>18} {'turns/leaf':>10}"
+    )
+    print(header)
+    for name, runs in results.items():
+        mean = {k: statistics.mean(s[k] for s in runs) for k in runs[0]}
+        print(
+            f"{name:<24} {mean['tokens_per_leaf']:>12.1f} {mean['tokens_per_leaf'] / base['tokens_per_leaf']:>6.2f} "
+            f"{mean['seconds_per_leaf']:>8.3f} {mean['seconds_per_leaf'] / base['seconds_per_leaf']:>6.2f} "
+            f"{mean['success']:>8.3f} {mean['distinct_successful']:>18.2f} {mean['turns_per_leaf']:>10.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
