@@ -11,7 +11,7 @@ import stat
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Protocol, Self, runtime_checkable
 
@@ -408,6 +408,7 @@ class SandboxSession:
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115  (closed in close())
         self._buffer = bytearray()
         self._closed = False
+        self.on_close: Callable[[], None] | None = None  # the back-end's final clean-up (bwrap: the uid sweep)
         self.proc = subprocess.Popen(
             list(cmd), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, cwd=cwd,
             env=dict(env), start_new_session=True, close_fds=True,
@@ -472,6 +473,8 @@ class SandboxSession:
                 pass
         still_running = self.proc.poll() is None
         _kill_group(self.proc)  # type: ignore[arg-type]
+        if self.on_close is not None:
+            self.on_close()
         self._stderr.seek(0)
         stderr = self._stderr.read(self.limits.output_limit_bytes).decode("utf-8", "replace")
         self._stderr.close()

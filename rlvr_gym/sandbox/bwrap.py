@@ -31,6 +31,7 @@ HOST_UID_BASE = 1_000_000_000
 limit of one run is not shared with concurrent runs (RLIMIT_NPROC counts per host uid)."""
 WORKDIR_MOUNT = "/workspace"
 _LAUNCHER_ENV = {"PATH": "/usr/bin:/bin"}
+_KILL = shutil.which("kill", path="/usr/bin:/bin") or ""
 _ETC_ENTRIES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime", "mime.types")
 _BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": WORKDIR_MOUNT, "LANG": "C.UTF-8",
              "PYTHONDONTWRITEBYTECODE": "1", "TMPDIR": "/tmp"}
@@ -112,6 +113,7 @@ class BwrapSandbox:
                 collect_files(workdir, collect) if collect else {},
             )
         finally:
+            _sweep(host_uid)
             if not keep:
                 remove_tree(workdir)
 
@@ -136,7 +138,9 @@ class BwrapSandbox:
         try:
             cmd = self._command(argv, workdir, limits, env or {}, host_uid)
             user = host_uid if os.geteuid() == 0 else None
-            return SandboxSession(cmd, limits, workdir, user, _LAUNCHER_ENV, signal_offset=True)
+            session = SandboxSession(cmd, limits, workdir, user, _LAUNCHER_ENV, signal_offset=True)
+            session.on_close = functools.partial(_sweep, host_uid)
+            return session
         except BaseException:
             remove_tree(workdir)
             raise
@@ -191,6 +195,20 @@ def _host_uid() -> int:
     if os.geteuid() == 0:
         return HOST_UID_BASE + secrets.randbelow(2**24)
     return os.geteuid()
+
+
+def _sweep(host_uid: int) -> None:
+    """Kills every process of a run's private host uid, synchronously.
+
+    The PID namespace dies with the run, but the kernel tears it down asynchronously after bwrap exits, so
+    a fork bomb can run on for a moment after a timeout. ``kill -KILL -1`` run as that uid signals all of
+    its processes at once (the kernel blocks forks during the sweep). Only as root: without root the uid
+    is the caller's own, and ``kill -1`` would hit the caller's other processes.
+    """
+    if os.geteuid() != 0 or host_uid < HOST_UID_BASE or not _KILL:
+        return
+    subprocess.run([_KILL, "-KILL", "-1"], check=False, capture_output=True, user=host_uid, group=host_uid,
+                   extra_groups=[], env=_LAUNCHER_ENV, timeout=10)
 
 
 def _count_processes(uid: int) -> int:
