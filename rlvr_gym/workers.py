@@ -11,7 +11,8 @@ harness and the rollout samplers take ``env_factory=pool.make`` and need no othe
         obs, reward, terminated, truncated, info = env.step('click("4")')
 
 Workers are long-lived processes; each holds any number of envs (a reset env and its forks share the
-worker's browser). Envs are spread over ``num_workers`` workers, fewest envs first.
+worker's browser). Envs are spread over ``num_workers`` workers, fewest envs first. A closed env is parked in
+its worker and reused by the next ``make`` of the same id, so a web worker launches Chromium once.
 
 Crashes: when a worker process dies (killed, out of memory, a browser took it down) or a call exceeds
 ``call_timeout_s``, the step that noticed it returns ``terminated=True`` with a typed failure in
@@ -44,23 +45,37 @@ from rlvr_gym.registry import spec as env_spec
 class EnvWorker:
     """The body of one Ray actor: holds envs by integer handle and runs their calls.
 
+    Closing an env parks it (up to ``max_idle_envs``) instead of closing it, and the next ``create`` of the
+    same id and arguments takes it back: ``reset`` starts every episode afresh, and a web env parked this way
+    keeps the worker's browser running between episodes (a Chromium launch costs about 1 s).
+
     Every method returns plain picklable values. Exceptions raised by an env propagate to the caller (the
     proxy turns them into ``ENV_CRASH`` failures).
+
+    Args:
+        max_idle_envs: how many closed envs to keep for reuse (0 closes them at once).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, max_idle_envs: int = 2) -> None:
         self._envs: dict[int, Env] = {}
+        self._keys: dict[int, str] = {}
+        self._idle: list[tuple[str, Env]] = []
         self._next_handle = 0
+        self.max_idle_envs = max_idle_envs
 
     def pid(self) -> int:
         """The worker's process id."""
         return os.getpid()
 
     def create(self, env_id: str, kwargs: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        """Builds ``env_id`` with ``kwargs``; returns ``(handle, {"max_turns", "supports_fork", "pid"})``."""
-        env = make_local(env_id, **kwargs)
-        handle = self._add(env)
-        return handle, {"max_turns": env.max_turns, "supports_fork": env.supports_fork, "pid": os.getpid()}
+        """Builds ``env_id`` with ``kwargs`` (or takes back a parked one); returns
+        ``(handle, {"max_turns", "supports_fork", "pid", "reused"})``."""
+        key = repr((env_id, sorted(kwargs.items())))
+        parked = next((i for i, (k, _) in enumerate(self._idle) if k == key), None)
+        env = self._idle.pop(parked)[1] if parked is not None else make_local(env_id, **kwargs)
+        handle = self._add(env, key)
+        meta = {"max_turns": env.max_turns, "supports_fork": env.supports_fork, "pid": os.getpid()}
+        return handle, {**meta, "reused": parked is not None}
 
     def reset(self, handle: int, seed: int | None, options: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
         """``env.reset(seed=seed, options=options)`` on the env behind ``handle``."""
@@ -72,12 +87,17 @@ class EnvWorker:
 
     def fork(self, handle: int) -> int:
         """Forks the env behind ``handle`` inside this worker; returns the fork's handle."""
-        return self._add(self._envs[handle].fork())
+        return self._add(self._envs[handle].fork(), self._keys[handle])
 
     def close_env(self, handle: int) -> None:
-        """Closes and forgets the env behind ``handle`` (no error if it is already gone)."""
-        env = self._envs.pop(handle, None)
-        if env is not None:
+        """Parks the env behind ``handle`` for reuse, or closes it when the park is full (no error if the
+        handle is already gone)."""
+        env, key = self._envs.pop(handle, None), self._keys.pop(handle, "")
+        if env is None:
+            return
+        if len(self._idle) < self.max_idle_envs:
+            self._idle.append((key, env))
+        else:
             env.close()
 
     def num_envs(self) -> int:
@@ -85,16 +105,19 @@ class EnvWorker:
         return len(self._envs)
 
     def shutdown(self) -> None:
-        """Closes every env (their browsers and processes with them)."""
-        for handle in list(self._envs):
+        """Closes every env, parked ones included (their browsers and processes with them)."""
+        envs = list(self._envs.values()) + [env for _, env in self._idle]
+        self._envs, self._keys, self._idle = {}, {}, []
+        for env in envs:
             try:
-                self.close_env(handle)
+                env.close()
             except Exception:  # noqa: BLE001 - shutting down: close the others regardless
                 traceback.print_exc()
 
-    def _add(self, env: Env) -> int:
+    def _add(self, env: Env, key: str) -> int:
         self._next_handle += 1
         self._envs[self._next_handle] = env
+        self._keys[self._next_handle] = key
         return self._next_handle
 
 
@@ -117,6 +140,7 @@ class EnvPool:
         worker_num_cpus: CPUs each worker reserves in Ray's scheduler (fractions allowed).
         call_timeout_s: seconds one reset/step/fork may take before the worker is declared hung, killed
             and replaced.
+        max_idle_envs: closed envs each worker keeps for reuse (see :class:`EnvWorker`).
 
     Raises:
         ValueError: on ``num_workers < 1`` or a non-positive timeout.
@@ -131,6 +155,7 @@ class EnvPool:
         num_cpus: int = 2,
         worker_num_cpus: float = 0.5,
         call_timeout_s: float = 120.0,
+        max_idle_envs: int = 2,
     ) -> None:
         if num_workers < 1:
             raise ValueError(f"num_workers must be >= 1, got {num_workers}")
@@ -142,6 +167,7 @@ class EnvPool:
         self.num_cpus = num_cpus
         self.worker_num_cpus = worker_num_cpus
         self.call_timeout_s = call_timeout_s
+        self.max_idle_envs = max_idle_envs
         self._actors: list[Any] = [None] * num_workers
         self._load = [0] * num_workers
         self._started_ray = False
@@ -229,7 +255,8 @@ class EnvPool:
         if self._actors[slot] is None:
             ray = self._ensure_ray()
             worker_class = ray.remote(EnvWorker)
-            self._actors[slot] = worker_class.options(num_cpus=self.worker_num_cpus, max_restarts=0).remote()
+            self._actors[slot] = worker_class.options(num_cpus=self.worker_num_cpus, max_restarts=0).remote(
+                self.max_idle_envs)
         return self._actors[slot]
 
     def call(self, slot: int, actor: Any, method: str, *args: Any) -> Any:
@@ -318,6 +345,7 @@ class RemoteEnv(Env):
         self.max_turns = int(meta["max_turns"])
         self.supports_fork = bool(meta["supports_fork"])  # type: ignore[misc]  # per instance, from the env
         self.worker_pid = int(meta["pid"])
+        self.reused_parked_env = bool(meta["reused"])
 
     def _reset(self, task: Any) -> tuple[str, dict[str, Any]]:
         seed, options = self._reset_args

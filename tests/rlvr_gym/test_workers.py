@@ -123,3 +123,17 @@ def test_closed_pool_refuses_new_envs() -> None:
     pool.close()
     with pytest.raises(RuntimeError, match="closed"):
         pool.make("testing/Echo-v0")
+
+
+def test_closed_envs_are_parked_and_reused(pool: EnvPool) -> None:
+    first = pool.make("testing/Echo-v0")
+    first.close()
+    again = pool.make("testing/Echo-v0")  # same slot (both slots are empty, slot 0 first), parked env taken back
+    other_args = pool.make("testing/Echo-v0", max_turns=2)
+    assert again.reused_parked_env and not other_args.reused_parked_env  # type: ignore[attr-defined]
+    assert again.max_turns == 3 and other_args.max_turns == 2
+    task = echo_tasks(1)[0]
+    again.reset(options={"task": task})
+    assert again.step("say apple").reward == 1.0
+    again.close()
+    other_args.close()
