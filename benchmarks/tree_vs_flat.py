@@ -27,8 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from rlvr_gym import load_suite
-
 from rlvr_gym_agents.chat import ChatFormat
 from rlvr_gym_agents.config import load_config
 from rlvr_gym_agents.console import Console
@@ -37,6 +35,8 @@ from rlvr_gym_agents.rollout import Trajectory, run_episodes
 from rlvr_gym_agents.stages import build_policy
 from rlvr_gym_agents.tree_branching import BranchConfig
 from rlvr_gym_agents.tree_sampler import TreeSampler, TreeSamplerConfig
+
+from rlvr_gym import load_suite
 
 DEFAULT_MODEL = Path("runs/quickstart-seed0/checkpoint")
 RECIPE = Path("agents/recipes/quickstart.yaml")
