@@ -270,6 +270,11 @@ def _coerce(hint: Any, value: Any, name: str) -> Any:
         return tuple(value)
     if base is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if base is float and isinstance(value, str):  # YAML 1.1 reads "1e-3" (no dot) as a string
+        try:
+            return float(value)
+        except ValueError:
+            pass
     if base in (int, float, str, bool) and not isinstance(value, base) or (base is int and isinstance(value, bool)):
         raise ConfigError(f"{name} must be {base.__name__}, got {value!r}")
     return value

@@ -87,6 +87,11 @@ class Trajectory:
     def num_generated_tokens(self) -> int:
         return sum(self.loss_mask)
 
+    def truncate(self, length: int) -> None:
+        """Keeps the first ``length`` context ids (and their mask, log-probs and entropies)."""
+        for name in ("token_ids", "loss_mask", "logps", "entropies"):
+            del getattr(self, name)[length:]
+
     def append(self, ids: Sequence[int], trained: bool, generation: Generation | None = None) -> None:
         """Appends context ids; generated ones carry their log-probs and entropies."""
         self.token_ids.extend(int(i) for i in ids)
@@ -172,8 +177,11 @@ def _overflows(episode: _Episode, policy: Policy, sampling: SamplingParams) -> b
     if length + sampling.max_new_tokens <= policy.max_context_tokens:
         return False
     episode.done = True
-    episode.trajectory.truncated = True
-    episode.trajectory.failures.append(Failure(
+    trajectory = episode.trajectory
+    if trajectory.turns:  # the last observation never reached the policy: drop its ids
+        trajectory.truncate(trajectory.turns[-1].span[1])
+    trajectory.truncated = True
+    trajectory.failures.append(Failure(
         FailureKind.CONTEXT_OVERFLOW,
         f"context of {length} tokens + {sampling.max_new_tokens} new tokens exceeds the policy's window of "
         f"{policy.max_context_tokens}", {"context_tokens": length, "max_context_tokens": policy.max_context_tokens},

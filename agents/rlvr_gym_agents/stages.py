@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import time
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ from rlvr_gym import Task, load_suite, spec
 from rlvr_gym_agents.chat import ChatFormat
 from rlvr_gym_agents.config import TrainConfig
 from rlvr_gym_agents.console import Console
-from rlvr_gym_agents.policy import SamplingParams, TransformersPolicy
+from rlvr_gym_agents.policy import Policy, SamplingParams, TransformersPolicy
 from rlvr_gym_agents.policy_eval import evaluate_policy
 from rlvr_gym_agents.sft import Demonstration, behaviour_cloning, demonstrate, demonstration_ids, load_expert
 from rlvr_gym_agents.tiny import save_tiny_policy
@@ -76,6 +77,17 @@ def build_policy(config: TrainConfig, run_dir: Path, train_tasks: list[Task] | N
     return policy, chat
 
 
+def build_rollout_policy(config: TrainConfig, policy: TransformersPolicy, model_path: str) -> Policy:
+    """The policy that samples episodes: ``policy`` itself, or a vLLM engine over the same weights
+    (``rollout.engine=vllm``; the trainer pushes weights to it after every update)."""
+    if config.rollout.engine == "transformers":
+        return policy
+    from rlvr_gym_agents.vllm_policy import VLLMPolicy
+
+    return VLLMPolicy(model_path, policy.stop_token_ids, max_context_tokens=config.model.max_context_tokens,
+                      seed=config.seed)
+
+
 def _corpus(demos: list[Demonstration]) -> list[str]:
     return [text for demo in demos for text in demo.observations + demo.actions]
 
@@ -93,13 +105,14 @@ def warm_start(config: TrainConfig, model: Any, chat: ChatFormat, train_tasks: l
             warmup_steps=sft.warmup_steps, max_steps=sft.max_steps, loss_threshold=sft.loss_threshold,
             max_time_s=sft.max_time_s, seed=config.seed, on_step=lambda step, loss: advance(loss=loss),
         )
+    result["process_cpu_s"] = time.process_time()
     result["demo_success_rate"] = sum(d.success for d in demos) / max(1, len(demos))
     console.note("SFT: {steps} steps, loss {loss:.3f}, {tokens_per_s:.0f} tokens/s, {elapsed_s:.0f} s, "
                  "stopped by {stopped_by}".format(**result))
     return result
 
 
-def evaluate_both(config: TrainConfig, policy: TransformersPolicy, chat: ChatFormat, tasks: list[Task],
+def evaluate_both(config: TrainConfig, policy: Policy, chat: ChatFormat, tasks: list[Task],
                   console: Console, label: str) -> dict[str, Any]:
     """Held-out evaluation: ``eval.k`` samples per task at ``eval.temperature``, and greedy pass@1.
 
@@ -118,7 +131,7 @@ def evaluate_both(config: TrainConfig, policy: TransformersPolicy, chat: ChatFor
     result = {
         "pass@1_sampled": sampled["pass@1"], f"pass@{k}_sampled": sampled[f"pass@{k}"],
         "pass@1_greedy": greedy["pass@1"] if greedy else None, "mean_turns_sampled": sampled["mean_turns"],
-        "num_tasks": len(tasks), "k": k, "sampled": sampled, "greedy": greedy,
+        "num_tasks": len(tasks), "k": k, "process_cpu_s": time.process_time(), "sampled": sampled, "greedy": greedy,
     }
     console.note(f"{label}: pass@1 sampled {result['pass@1_sampled']:.3f}, pass@{k} {result[f'pass@{k}_sampled']:.3f}"
                  + (f", greedy {result['pass@1_greedy']:.3f}" if greedy else ""))

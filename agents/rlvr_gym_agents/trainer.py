@@ -37,7 +37,7 @@ from rlvr_gym_agents.losses import batch_stats, policy_loss
 from rlvr_gym_agents.policy import SamplingParams
 from rlvr_gym_agents.rollout import Trajectory, run_episodes
 from rlvr_gym_agents.run_io import MetricsLogger, load_checkpoint, plot_learning_curve, save_checkpoint
-from rlvr_gym_agents.stages import build_policy, evaluate_both, load_task_sources, warm_start
+from rlvr_gym_agents.stages import build_policy, build_rollout_policy, evaluate_both, load_task_sources, warm_start
 from rlvr_gym_agents.console import Console
 
 
@@ -59,6 +59,7 @@ def train(config: TrainConfig) -> dict[str, Any]:
     model = policy.model
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.train.learning_rate,
                                   weight_decay=config.train.weight_decay)
+    rollout_policy = build_rollout_policy(config, policy, config.model.path_or_id or str(run_dir / "tiny_init"))
     checkpoint_dir = run_dir / "checkpoint"
     start_step, state = 0, {}
     if config.train.resume and (checkpoint_dir / "trainer_state.pt").is_file():
@@ -68,10 +69,13 @@ def train(config: TrainConfig) -> dict[str, Any]:
         if config.sft.enabled:
             state["sft"] = warm_start(config, model, chat, train_tasks, console)
             logger.log({"phase": "sft", "step": 0, **state["sft"]})
-        state["before"] = evaluate_both(config, policy, chat, test_tasks, console, "before RL")
+        model.save_pretrained(run_dir / "sft_model")  # the reference policy of the KL term, also on resume
+        _sync(rollout_policy, policy)
+        state["before"] = evaluate_both(config, rollout_policy, chat, test_tasks, console, "before RL")
         logger.log({"phase": "eval", "step": 0, **_eval_scalars(state["before"])})
         save_checkpoint(checkpoint_dir, model, policy.tokenizer, optimizer, 0, policy.generator, state)
-    ref_model = copy.deepcopy(model).eval() if config.algorithm.loss.kl_coef > 0 else None
+    _sync(rollout_policy, policy)
+    ref_model = _reference_model(model, run_dir / "sft_model") if config.algorithm.loss.kl_coef > 0 else None
     sampling = SamplingParams(config.rollout.temperature, config.rollout.top_p, config.rollout.max_new_tokens)
     rl_began = time.monotonic()
 
@@ -80,7 +84,7 @@ def train(config: TrainConfig) -> dict[str, Any]:
         # 1. Tasks and rollouts: group_size episodes per task.
         tasks = draw_tasks(train_tasks, config, step)
         batch = [task for task in tasks for _ in range(config.train.group_size)]
-        trajectories = run_episodes(policy, chat, batch, sampling, reuse_kv_cache=config.rollout.reuse_kv_cache,
+        trajectories = run_episodes(rollout_policy, chat, batch, sampling, reuse_kv_cache=config.rollout.reuse_kv_cache,
                                     max_turns=config.env.max_turns)
         rollout_s = time.monotonic() - step_began
         # 2. Group advantages, 3. dropping zero-variance groups.
@@ -95,29 +99,32 @@ def train(config: TrainConfig) -> dict[str, Any]:
         # 4. Policy update.
         update = (ppo_update(model, optimizer, kept, advantages[keep], config, ref_model, policy.pad_token_id)
                   if kept else {})
+        if kept:
+            _sync(rollout_policy, policy)
         # 5. Log, evaluate, checkpoint.
-        record = {"phase": "rl", "step": step, **rollout_metrics(trajectories), **update,
+        record = {"phase": "rl", "step": step, "process_cpu_s": time.process_time(), **rollout_metrics(trajectories), **update,
                   "groups_kept": int(keep.sum()) // config.train.group_size, "rollout_s": rollout_s,
                   "step_s": time.monotonic() - step_began}
         logger.log(record)
         console.step(step, config.train.num_steps, record)
         if config.eval.every_steps and step % config.eval.every_steps == 0 and step < config.train.num_steps:
             logger.log({"phase": "eval", "step": step,
-                        **_eval_scalars(evaluate_both(config, policy, chat, test_tasks, console, f"step {step}"))})
+                        **_eval_scalars(evaluate_both(config, rollout_policy, chat, test_tasks, console, f"step {step}"))})
         out_of_time = config.train.max_time_s is not None and time.monotonic() - rl_began > config.train.max_time_s
-        if out_of_time or (config.train.checkpoint_every and step % config.train.checkpoint_every == 0):
+        periodic = config.train.checkpoint_every and step % config.train.checkpoint_every == 0
+        if out_of_time or periodic or step == config.train.num_steps:
             save_checkpoint(checkpoint_dir, model, policy.tokenizer, optimizer, step, policy.generator, state)
         if out_of_time:
             console.note(f"RL stopped by train.max_time_s={config.train.max_time_s} after step {step}")
             break
 
-    state["after"] = evaluate_both(config, policy, chat, test_tasks, console, "after RL")
+    state["after"] = evaluate_both(config, rollout_policy, chat, test_tasks, console, "after RL")
     last_step = max([start_step] + [r["step"] for r in logger.read() if r["phase"] == "rl"])
     logger.log({"phase": "eval", "step": last_step, **_eval_scalars(state["after"])})
-    save_checkpoint(checkpoint_dir, model, policy.tokenizer, optimizer, last_step, policy.generator, state)
     plot_learning_curve(logger.read(), run_dir / "learning_curve.png")
+    # CPU seconds of this process: with one torch thread, what the run takes on an otherwise idle machine.
     summary = {"before": state["before"], "after": state["after"], "run_dir": str(run_dir),
-               "elapsed_s": time.monotonic() - began}
+               "elapsed_s": time.monotonic() - began, "process_cpu_s": time.process_time()}
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=float) + "\n", encoding="utf-8")
     console.side_by_side(state["before"], state["after"], run_dir)
     logger.close()
@@ -204,6 +211,23 @@ def rollout_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
     }
     metrics.update({f"failures/{kind}": count / len(trajectories) for kind, count in sorted(failures.items())})
     return metrics
+
+
+def _reference_model(model: torch.nn.Module, sft_dir: Path) -> torch.nn.Module:
+    """A frozen copy of ``model`` holding the weights saved after the warm start."""
+    from safetensors.torch import load_file
+
+    ref = copy.deepcopy(model)
+    ref.load_state_dict(load_file(str(sft_dir / "model.safetensors")), strict=False)
+    if getattr(ref.config, "tie_word_embeddings", False):
+        ref.tie_weights()
+    return ref.eval().requires_grad_(False)
+
+
+def _sync(rollout_policy: Any, policy: Any) -> None:
+    """Pushes the trained weights to a separate rollout engine (vLLM); no-op when they are the same object."""
+    if rollout_policy is not policy:
+        rollout_policy.sync_weights(policy.model.named_parameters())
 
 
 def _eval_scalars(result: dict[str, Any]) -> dict[str, Any]:

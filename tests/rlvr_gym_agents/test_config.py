@@ -1,0 +1,65 @@
+"""Recipes, overrides and their errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rlvr_gym_agents.config import ConfigError, TrainConfig, load_config
+
+RECIPES = Path(__file__).resolve().parents[2] / "agents" / "recipes"
+
+
+def test_defaults_without_a_recipe() -> None:
+    config = load_config(None)
+    assert isinstance(config, TrainConfig) and config.seed == 0
+    assert config.rollouts_per_step == config.train.tasks_per_step * config.train.group_size
+
+
+def test_overrides_reach_nested_sections_with_yaml_types() -> None:
+    config = load_config(RECIPES / "quickstart.yaml",
+                         ["seed=2", "train.num_steps=3", "algorithm.loss.clip_high=0.3", "eval.greedy=false",
+                          "env.max_turns=5", "model.path_or_id=null"])
+    assert config.seed == 2 and config.train.num_steps == 3
+    assert config.algorithm.loss.clip_high == pytest.approx(0.3)
+    assert config.eval.greedy is False and config.env.max_turns == 5 and config.model.path_or_id is None
+    assert config.output.dir == "runs/quickstart-seed2"  # derived from the seed
+
+
+def test_ints_are_accepted_for_floats() -> None:
+    assert load_config(None, ["train.learning_rate=1"]).train.learning_rate == 1.0
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("train.num_stepz=3", "Did you mean train.num_steps"),
+    ("trian.num_steps=3", "unknown config key 'trian'"),
+    ("algorithm.loss.clip_hi=0.3", "algorithm.loss.clip_hi"),
+    ("train.num_steps", "key=value"),
+    ("train.num_steps=many", "train.num_steps must be int"),
+    ("eval.greedy=3", "eval.greedy must be bool"),
+    ("algorithm.estimator=ppo", "grpo, drgrpo or rloo"),
+    ("algorithm.loss.name=nope", "Unknown loss"),
+    ("train.group_size=1", "group_size"),
+    ("seed.x=1", "seed must be int"),
+])
+def test_bad_overrides_name_the_problem(override: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, [override])
+
+
+def test_unknown_key_in_a_recipe_file(tmp_path: Path) -> None:
+    recipe = tmp_path / "bad.yaml"
+    recipe.write_text("train:\n  num_steps: 3\n  lr: 0.1\n")
+    with pytest.raises(ConfigError, match="unknown config key 'train.lr'"):
+        load_config(recipe)
+
+
+def test_missing_recipe() -> None:
+    with pytest.raises(FileNotFoundError, match="recipe"):
+        load_config("no/such/recipe.yaml")
+
+
+@pytest.mark.parametrize("name", ["quickstart.yaml", "qwen2.5-0.5b-textworld.yaml"])
+def test_shipped_recipes_load(name: str) -> None:
+    load_config(RECIPES / name)

@@ -1,0 +1,122 @@
+"""TransformersPolicy: batched generation, KV-cache reuse, branching, loading, sampling."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from rlvr_gym_agents.policy import (
+    Policy, SamplingParams, TransformersPolicy, load_model_and_tokenizer, load_tokenizer, sample_tokens,
+)
+
+
+def test_policy_satisfies_protocol(tiny_policy: TransformersPolicy) -> None:
+    assert isinstance(tiny_policy, Policy)
+
+
+def test_generation_lengths_logps_and_entropies(tiny_policy: TransformersPolicy) -> None:
+    contexts = [[3, 9, 10, 7], [3, 9], [3, 9, 10, 7, 8, 13]]
+    generations, state = tiny_policy.generate(contexts, SamplingParams(max_new_tokens=5))
+    vocab = len(tiny_policy.tokenizer)
+    for context, generation in zip(contexts, generations):
+        n = len(generation.token_ids)
+        assert 1 <= n <= 5 and len(generation.logps) == n == len(generation.entropies)
+        assert all(lp <= 0 for lp in generation.logps)
+        assert all(0 <= h <= math.log(vocab) + 1e-4 for h in generation.entropies)
+        assert (generation.finish_reason == "stop") == (generation.token_ids[-1] in tiny_policy.stop_token_ids)
+    assert state.context_lengths() == [len(c) + len(g.token_ids) for c, g in zip(contexts, generations)]
+
+
+def test_logps_match_a_full_forward_pass(tiny_policy: TransformersPolicy) -> None:
+    context = [3, 9, 10, 7, 8]
+    (generation,), _ = tiny_policy.generate([context], SamplingParams(temperature=0.7, max_new_tokens=6))
+    ids = torch.tensor([context + generation.token_ids])
+    with torch.no_grad():
+        logits = tiny_policy.model(input_ids=ids).logits[0, len(context) - 1:-1] / 0.7
+    expected = torch.log_softmax(logits, -1).gather(1, ids[0, len(context):, None]).squeeze(1)
+    assert torch.allclose(torch.tensor(generation.logps), expected, atol=1e-4)
+
+
+def test_kv_cache_reuse_gives_the_same_tokens_as_recomputing(tiny_policy: TransformersPolicy) -> None:
+    """Two turns with appended observations of different lengths: cached and full contexts agree."""
+    sampling = SamplingParams(temperature=0.0, max_new_tokens=4)
+    first = [[3, 9, 10], [3, 9, 10, 7, 8, 13, 6]]
+    appended = [[3, 11, 12, 5, 4], [3, 14, 4]]
+    gens1, state = tiny_policy.generate(first, sampling)
+    gens2, state = tiny_policy.generate(appended, sampling, state)
+    full = [f + g.token_ids + a for f, g, a in zip(first, gens1, appended)]
+    recomputed, _ = tiny_policy.generate(full, sampling)
+    for cached, fresh in zip(gens2, recomputed):
+        assert cached.token_ids == fresh.token_ids
+        assert cached.logps == pytest.approx(fresh.logps, abs=1e-4)
+
+
+def test_select_branches_rows_from_a_shared_prefix(tiny_policy: TransformersPolicy) -> None:
+    sampling = SamplingParams(temperature=0.0, max_new_tokens=3)
+    _, state = tiny_policy.generate([[3, 9, 10], [3, 9, 10, 7, 8]], sampling)
+    branched = state.select([1, 1, 0])
+    assert branched.context_lengths() == [state.context_lengths()[i] for i in (1, 1, 0)]
+    gens, _ = tiny_policy.generate([[3, 11], [3, 11], [3, 11]], sampling, branched)
+    assert gens[0].token_ids == gens[1].token_ids
+    # the original state is untouched and can still be extended
+    again, _ = tiny_policy.generate([[3, 11], [3, 11]], sampling, state)
+    assert again[0].token_ids == gens[2].token_ids and again[1].token_ids == gens[0].token_ids
+
+
+def test_state_row_mismatch_and_empty_rows_are_errors(tiny_policy: TransformersPolicy) -> None:
+    _, state = tiny_policy.generate([[3, 9]], SamplingParams(max_new_tokens=2))
+    with pytest.raises(ValueError, match="rows"):
+        tiny_policy.generate([[3], [3]], SamplingParams(), state)
+    with pytest.raises(ValueError, match="at least one token"):
+        tiny_policy.generate([[]], SamplingParams())
+
+
+def test_sample_tokens_greedy_and_top_p() -> None:
+    logits = torch.tensor([[0.0, 2.0, 1.0], [3.0, 0.0, 0.0]])
+    ids, logps, entropies = sample_tokens(logits, 0.0, 1.0, torch.Generator().manual_seed(0))
+    assert ids == [1, 0]
+    p = torch.softmax(logits, -1)
+    assert logps == pytest.approx(torch.log(p[[0, 1], [1, 0]]).tolist(), abs=1e-6)
+    assert entropies == pytest.approx((-(p * p.log()).sum(-1)).tolist(), abs=1e-6)
+    # top_p = 0.5: only the argmax survives the nucleus, so sampling is deterministic
+    for seed in range(20):
+        ids, _, _ = sample_tokens(logits, 1.0, 0.5, torch.Generator().manual_seed(seed))
+        assert ids == [1, 0]
+
+
+def test_sampling_params_validate() -> None:
+    with pytest.raises(ValueError, match="temperature"):
+        SamplingParams(temperature=-1)
+    with pytest.raises(ValueError, match="top_p"):
+        SamplingParams(top_p=0)
+
+
+def test_local_directory_loads_through_the_hub_code_path(tiny_model_dir: Path) -> None:
+    config = json.loads((tiny_model_dir / "tokenizer_config.json").read_text())
+    assert config["tokenizer_class"] == "PreTrainedTokenizerFast"
+    model, tokenizer = load_model_and_tokenizer(str(tiny_model_dir))
+    assert model.config.model_type == "qwen2"
+    text = "Say the word: apple <|end|>"
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert tokenizer.unk_token_id not in ids
+    assert tokenizer(tokenizer.decode(ids), add_special_tokens=False)["input_ids"] == ids
+
+
+def test_missing_model_or_tokenizer_gives_a_clear_error(tmp_path: Path, tiny_model_dir: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=str(tmp_path / "nope")):
+        TransformersPolicy.from_pretrained(str(tmp_path / "nope"))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        load_model_and_tokenizer(str(empty))
+    with pytest.raises(FileNotFoundError, match="no tokenizer"):
+        load_tokenizer(str(empty))
+    only_model = tmp_path / "only_model"
+    only_model.mkdir()
+    (only_model / "config.json").write_text((tiny_model_dir / "config.json").read_text())
+    with pytest.raises(FileNotFoundError, match="no tokenizer"):
+        load_model_and_tokenizer(str(only_model))

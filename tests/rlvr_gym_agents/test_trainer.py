@@ -1,0 +1,107 @@
+"""The GRPO trainer: an update changes weights, checkpoints restore identical state, a run resumes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from rlvr_gym import TaskSuite
+from rlvr_gym.testing.toy import echo_tasks
+
+from rlvr_gym_agents.chat import ChatFormat
+from rlvr_gym_agents.config import load_config
+from rlvr_gym_agents.policy import SamplingParams, TransformersPolicy
+from rlvr_gym_agents.rollout import run_episodes
+from rlvr_gym_agents.run_io import load_checkpoint, save_checkpoint
+from rlvr_gym_agents.trainer import ppo_update, rollout_metrics, train
+
+
+def _weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def test_one_grpo_update_changes_the_weights(tiny_policy: TransformersPolicy) -> None:
+    config = load_config(None, ["algorithm.epochs=1", "algorithm.num_minibatches=2", "train.learning_rate=1e-3"])
+    trajectories = run_episodes(tiny_policy, ChatFormat(tiny_policy.tokenizer), echo_tasks(4),
+                                SamplingParams(max_new_tokens=4))
+    before = _weights(tiny_policy.model)
+    optimizer = torch.optim.AdamW(tiny_policy.model.parameters(), lr=1e-3)
+    metrics = ppo_update(tiny_policy.model, optimizer, trajectories, torch.tensor([1.0, -1.0, 0.5, -0.5]),
+                         config, None, tiny_policy.pad_token_id)
+    after = _weights(tiny_policy.model)
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    # first minibatch is on-policy: the ratio is 1 up to float noise
+    assert metrics["clip_frac"] < 0.5 and metrics["grad_norm"] > 0
+    assert all(torch.isfinite(v).all() for v in after.values())
+
+
+def test_zero_advantages_leave_the_weights_unchanged(tiny_policy: TransformersPolicy) -> None:
+    config = load_config(None, ["algorithm.epochs=1", "algorithm.num_minibatches=1"])
+    trajectories = run_episodes(tiny_policy, ChatFormat(tiny_policy.tokenizer), echo_tasks(2),
+                                SamplingParams(max_new_tokens=4))
+    before = _weights(tiny_policy.model)
+    optimizer = torch.optim.SGD(tiny_policy.model.parameters(), lr=1.0)
+    ppo_update(tiny_policy.model, optimizer, trajectories, torch.zeros(2), config, None, tiny_policy.pad_token_id)
+    assert all(torch.equal(before[k], v) for k, v in _weights(tiny_policy.model).items())
+
+
+def test_checkpoint_restores_model_optimizer_step_and_rng(tiny_model_dir: Path, tmp_path: Path) -> None:
+    policy = TransformersPolicy.from_pretrained(str(tiny_model_dir), seed=5)
+    optimizer = torch.optim.AdamW(policy.model.parameters(), lr=1e-2)
+    loss = policy.model(input_ids=torch.tensor([[3, 9, 10, 7]]), labels=torch.tensor([[3, 9, 10, 7]])).loss
+    loss.backward()
+    optimizer.step()
+    save_checkpoint(tmp_path / "ckpt", policy.model, policy.tokenizer, optimizer, 7, policy.generator, {"a": 1})
+    expected_draws = (torch.rand(3), torch.rand(3, generator=policy.generator))
+
+    fresh = TransformersPolicy.from_pretrained(str(tiny_model_dir), seed=99)
+    fresh_optimizer = torch.optim.AdamW(fresh.model.parameters(), lr=1e-2)
+    step, extra = load_checkpoint(tmp_path / "ckpt", fresh.model, fresh_optimizer, fresh.generator)
+    assert (step, extra) == (7, {"a": 1})
+    for key, value in policy.model.state_dict().items():
+        assert torch.equal(value, fresh.model.state_dict()[key]), key
+    saved, loaded = optimizer.state_dict()["state"], fresh_optimizer.state_dict()["state"]
+    assert saved.keys() == loaded.keys()
+    assert all(torch.equal(saved[i]["exp_avg"], loaded[i]["exp_avg"]) for i in saved)
+    assert torch.equal(torch.rand(3), expected_draws[0])
+    assert torch.equal(torch.rand(3, generator=fresh.generator), expected_draws[1])
+    # the checkpoint is an ordinary model directory
+    assert TransformersPolicy.from_pretrained(str(tmp_path / "ckpt")).model.config.model_type == "qwen2"
+
+
+def _echo_config(tiny_model_dir: Path, tmp_path: Path, run: str, num_steps: int) -> list[str]:
+    TaskSuite("train", echo_tasks(8, "train")).save(tmp_path / "train.jsonl")
+    TaskSuite("test", echo_tasks(4, "test")).save(tmp_path / "test.jsonl")
+    return [f"model.path_or_id={tiny_model_dir}", "env.env_id=testing/Echo-v0",
+            f"env.train_suite={tmp_path / 'train.jsonl'}", f"env.test_suite={tmp_path / 'test.jsonl'}",
+            "sft.enabled=false", "rollout.max_new_tokens=4", "train.tasks_per_step=2", "train.group_size=4",
+            "algorithm.drop_zero_variance_groups=false", f"train.num_steps={num_steps}",
+            "train.checkpoint_every=1", "eval.num_tasks=4", "eval.k=2", f"output.dir={tmp_path / run}",
+            "output.progress=false", "output.tensorboard=false", "model.num_threads=1", "seed=3"]
+
+
+def test_a_resumed_run_ends_in_the_same_state_as_an_uninterrupted_one(tiny_model_dir: Path, tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    straight = train(load_config(None, _echo_config(tiny_model_dir, tmp_path, "straight", 2)))
+    train(load_config(None, _echo_config(tiny_model_dir, tmp_path, "split", 1)))
+    resumed = train(load_config(None, _echo_config(tiny_model_dir, tmp_path, "split", 2)))
+    assert "SFT warm start" in capsys.readouterr().out
+    a = TransformersPolicy.from_pretrained(str(tmp_path / "straight" / "checkpoint")).model.state_dict()
+    b = TransformersPolicy.from_pretrained(str(tmp_path / "split" / "checkpoint")).model.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    records = [json.loads(line) for line in (tmp_path / "split" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if r["phase"] == "rl"] == [1, 2]
+    assert (tmp_path / "split" / "learning_curve.png").stat().st_size > 1000
+    assert set(straight) == set(resumed) >= {"before", "after"}
+
+
+def test_rollout_metrics_hand_computed(tiny_policy: TransformersPolicy) -> None:
+    trajectories = run_episodes(tiny_policy, ChatFormat(tiny_policy.tokenizer), echo_tasks(3),
+                                SamplingParams(max_new_tokens=4))
+    trajectories[0].reward, trajectories[0].success = 1.0, True
+    trajectories[1].reward = trajectories[2].reward = 0.0
+    trajectories[1].success = trajectories[2].success = False
+    metrics = rollout_metrics(trajectories)
+    assert metrics["reward_mean"] == pytest.approx(1 / 3) and metrics["success_rate"] == pytest.approx(1 / 3)
