@@ -13,6 +13,8 @@ An action is one of (see ``environments.md`` §6.5 for the formats in use):
   </arguments></tool_call>``;
 - Python-style calls, ``search(query="x")``, one per line or as a list ``[f(a=1), g(b=2)]`` (BFCL style),
   parsed with :mod:`ast`; keyword arguments with literal values only, never evaluated;
+- with format ``"tags"`` (ARPO/Tool-Star style), ``<search>query</search>`` or ``<python>code</python>`` for
+  tools with exactly one required string argument;
 - a final answer, ``<answer>...</answer>``.
 
 Anything else is a :class:`~rlvr_gym.failures.FailureKind.PARSE_ERROR` whose message says what was wrong; a call
@@ -32,7 +34,7 @@ import dataclasses
 import json
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 import jsonschema
@@ -42,7 +44,8 @@ from rlvr_gym.core import Env, StepResult
 from rlvr_gym.failures import Failure, FailureKind
 from rlvr_gym.verifier import RewardResult
 
-ActionFormat = Literal["hermes", "python"]
+ActionFormat = Literal["hermes", "python", "tags"]
+ACTION_FORMATS: tuple[ActionFormat, ...] = ("hermes", "python", "tags")
 TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
 _TOOL_CALL_RE = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
 _ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
@@ -109,31 +112,36 @@ def _error(message: str) -> ParsedAction:
     return ParsedAction("error", failure=Failure(FailureKind.PARSE_ERROR, message))
 
 
-def parse_action(text: str, formats: Sequence[ActionFormat] = ("hermes", "python")) -> ParsedAction:
+def parse_action(
+    text: str, formats: Sequence[ActionFormat] = ("hermes", "python"), tag_tools: Mapping[str, str] | None = None
+) -> ParsedAction:
     """Parses one action into tool calls, a final answer, or a typed parse failure. Never raises.
 
     Args:
         text: the agent's action text.
-        formats: the call formats accepted; ``"hermes"`` (``<tool_call>`` JSON) and/or ``"python"`` (call strings).
+        formats: the call formats accepted: ``"hermes"`` (``<tool_call>`` JSON), ``"python"`` (call strings),
+            ``"tags"`` (ARPO/Tool-Star tag tools such as ``<search>query</search>``, for the tools in ``tag_tools``).
+        tag_tools: for ``"tags"``: tool name -> the argument that receives the text between the tags.
 
     Returns:
         A :class:`ParsedAction`. An action with both tool calls and an answer is a parse error, as is an action
         with more than one ``<answer>``.
     """
     try:
-        return _parse(str(text), tuple(formats))
+        return _parse(str(text), tuple(formats), dict(tag_tools or {}) if "tags" in formats else {})
     except _ParseError as error:
         return _error(str(error))
     except (RecursionError, MemoryError, ValueError, TypeError) as error:  # pathological input
         return _error(f"could not parse the action ({type(error).__name__}); {_FORMAT_HELP}")
 
 
-def _parse(text: str, formats: tuple[str, ...]) -> ParsedAction:
+def _parse(text: str, formats: tuple[str, ...], tag_tools: dict[str, str]) -> ParsedAction:
     answers = _ANSWER_RE.findall(text)
     has_tags = TOOL_CALL_OPEN in text
     if has_tags and "hermes" not in formats:
         raise _ParseError("<tool_call> tags are not accepted here; write calls as tool(arg=value)")
-    if answers and has_tags:
+    tag_calls = _tag_calls(text, tag_tools) if tag_tools and not has_tags else []
+    if answers and (has_tags or tag_calls):
         raise _ParseError("an action is either tool calls or a final <answer>, not both; send the calls first")
     if len(answers) > 1:
         raise _ParseError(f"found {len(answers)} <answer> blocks; give exactly one final answer")
@@ -143,11 +151,19 @@ def _parse(text: str, formats: tuple[str, ...]) -> ParsedAction:
         raise _ParseError("unclosed <answer> tag; write <answer>...</answer>")
     if has_tags:
         return ParsedAction("calls", calls=tuple(c for body in _TOOL_CALL_RE.findall(text) for c in _hermes(body)))
+    if tag_calls:
+        return ParsedAction("calls", calls=tuple(tag_calls))
     if "python" in formats:
         calls = _python_calls(text)
         if calls:
             return ParsedAction("calls", calls=tuple(calls))
     raise _ParseError(f"no tool call or answer found; {_FORMAT_HELP}")
+
+
+def _tag_calls(text: str, tag_tools: dict[str, str]) -> list[ToolCall]:
+    names = "|".join(re.escape(name) for name in sorted(tag_tools, key=len, reverse=True))
+    matches = re.findall(rf"<({names})>(.*?)</\1>", text, re.DOTALL)
+    return [ToolCall(name, {tag_tools[name]: body.strip("\n")}) for name, body in matches]
 
 
 def _hermes(body: str) -> list[ToolCall]:
@@ -338,7 +354,8 @@ class ToolEnv(Env):
         max_turns: the turn limit.
         max_tool_calls: per-episode budget of tool calls the env runs; a call beyond it ends the episode,
             truncated, with a ``BUDGET_EXCEEDED`` failure and reward 0.
-        action_formats: accepted call formats, ``"hermes"`` and/or ``"python"``.
+        action_formats: accepted call formats, among ``"hermes"``, ``"python"`` and ``"tags"`` (tag tools, as
+            ``<search>query</search>``, for every tool with exactly one required string argument).
         describe_tools_in_prompt: append :func:`describe_tools` to the first observation (for models whose
             chat template does not render ``info["tools"]``).
     """
@@ -358,9 +375,9 @@ class ToolEnv(Env):
             if max_tool_calls < 0:
                 raise ValueError(f"max_tool_calls must be >= 0, got {max_tool_calls}")
             self.max_tool_calls = int(max_tool_calls)
-        unknown = set(action_formats) - {"hermes", "python"}
+        unknown = set(action_formats) - set(ACTION_FORMATS)
         if unknown or not action_formats:
-            raise ValueError(f"action_formats must be a non-empty subset of ('hermes', 'python'), got {action_formats}")
+            raise ValueError(f"action_formats must be a non-empty subset of {ACTION_FORMATS}, got {action_formats}")
         self.action_formats = tuple(action_formats)
         self.describe_tools_in_prompt = describe_tools_in_prompt
         self.tools: dict[str, Tool] = {}
@@ -403,7 +420,7 @@ class ToolEnv(Env):
         return prompt, {**info, "tools": [tool.schema() for tool in tools]}
 
     def _step(self, action: str) -> StepResult:
-        parsed = parse_action(action, self.action_formats)
+        parsed = parse_action(action, self.action_formats, _tag_arguments(self.tools.values()))
         if parsed.kind == "error":
             assert parsed.failure is not None
             obs = f"Invalid action: {parsed.failure.message}."
@@ -452,6 +469,17 @@ class ToolEnv(Env):
         """Ends the episode with ``result``."""
         obs = "Correct." if result.success else f"Incorrect. {result.reason}".strip()
         return StepResult(obs, result.value, True, False, {**_info(tool_calls, invalid, None), **_final(result)})
+
+
+def _tag_arguments(tools: Iterable[Tool]) -> dict[str, str]:
+    """Tool name -> argument, for the tools callable as tags: exactly one required argument, a string."""
+    found = {}
+    for tool in tools:
+        required = tool.parameters.get("required", [])
+        properties = tool.parameters.get("properties", {})
+        if len(required) == 1 and properties.get(required[0], {}).get("type") == "string":
+            found[tool.name] = required[0]
+    return found
 
 
 def _info(tool_calls: int, invalid: int, failure: Failure | None) -> dict[str, Any]:

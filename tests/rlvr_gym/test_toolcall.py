@@ -218,3 +218,21 @@ def test_fork_shares_the_frozen_task_and_copies_the_generator() -> None:
     assert child.np_random.integers(1_000_000) == env.np_random.integers(1_000_000)
     child.step("add(a=1, b=1)")
     assert (child.num_tool_calls, env.num_tool_calls) == (2, 1)
+
+
+def test_tag_tools() -> None:
+    tags = {"search": "query", "python": "code"}
+    parsed = parse_action("Let me look. <search>founder of X</search>", ("tags",), tags)
+    assert parsed.calls == (ToolCall("search", {"query": "founder of X"}),)
+    parsed = parse_action("<python>\nprint(1)\n</python> then <search>y</search>", ("tags",), tags)
+    assert parsed.calls == (ToolCall("python", {"code": "print(1)"}), ToolCall("search", {"query": "y"}))
+    assert parse_action("<search>x</search><answer>1</answer>", ("tags",), tags).kind == "error"
+    assert parse_action("<search>x</search>", ("hermes", "python"), tags).kind == "error"  # tags not enabled
+    assert parse_action("<other>x</other>", ("tags",), tags).kind == "error"
+
+
+def test_env_accepts_tag_tools_for_single_string_argument_tools() -> None:
+    from rlvr_gym.toolcall import _tag_arguments
+
+    echo = Tool("echo", "Echoes.", {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]})
+    assert _tag_arguments([ADD, echo]) == {"echo": "text"}  # add has two integer arguments

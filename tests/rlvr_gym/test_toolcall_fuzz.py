@@ -10,7 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rlvr_gym import FailureKind
-from rlvr_gym.toolcall import ParsedAction, ToolCall, parse_action
+from rlvr_gym.toolcall import ACTION_FORMATS, ParsedAction, ToolCall, parse_action
+
+TAG_TOOLS = {"search": "query", "python": "code"}
 
 _FRAGMENTS = [
     "<tool_call>",
@@ -49,6 +51,10 @@ _FRAGMENTS = [
     "</tool_name>",
     "<arguments>",
     "</arguments>",
+    "<search>",
+    "</search>",
+    "<python>",
+    "</python>",
 ]
 _JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8),
@@ -85,6 +91,7 @@ def _check(parsed: ParsedAction) -> None:
 @given(_ACTIONS)
 def test_parser_total_1k(text: str) -> None:
     _check(parse_action(text))
+    _check(parse_action(text, ACTION_FORMATS, TAG_TOOLS))
 
 
 @pytest.mark.slow
@@ -92,6 +99,7 @@ def test_parser_total_1k(text: str) -> None:
 @given(_ACTIONS)
 def test_parser_total_10k(text: str) -> None:
     _check(parse_action(text))
+    _check(parse_action(text, ACTION_FORMATS, TAG_TOOLS))
 
 
 @settings(max_examples=300, deadline=None)

@@ -139,3 +139,13 @@ def test_names_come_from_closed_pools() -> None:
     for seed in range(20):
         for name in build_kb(seed).types:
             assert set(name.split()) & words, name
+
+
+def test_tag_format_episode() -> None:
+    env = MultiHopQAEnv(action_formats=("tags",), enable_python=False)
+    task = multihop_task(0, "test", 1, "entity")
+    env.reset(options={"task": task})
+    start = task.data["plan"]["chains"][0]["start"]
+    obs, _, _, _, info = env.step(f"<lookup>{start}</lookup>")
+    assert "failure" not in info and start in obs
+    assert env.step(f"<answer>{task.data['answer']}</answer>").reward == 1.0
