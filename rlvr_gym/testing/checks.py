@@ -16,8 +16,6 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-import gymnasium
-
 from rlvr_gym.core import Env, ForkNotSupportedError
 from rlvr_gym.failures import Failure
 from rlvr_gym.registry import EnvSpec
@@ -56,18 +54,16 @@ class CheckContext:
 
     def random_actions(self, count: int, salt: int = 0) -> list[str]:
         """``count`` random texts from the env's action space, seeded by ``seed`` and ``salt``."""
-        space = self.action_space
+        space = self.probe.action_space
         space.seed(self.seed * 1000 + salt)
         return [space.sample() for _ in range(count)]
 
     @functools.cached_property
-    def action_space(self) -> gymnasium.spaces.Space[Any]:
-        """The env's action space (built once)."""
+    def probe(self) -> Env:
+        """One env, built once and closed at once, to read its action space, metadata and class attributes."""
         env = self.make()
-        try:
-            return env.action_space
-        finally:
-            env.close()
+        env.close()
+        return env
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,22 +153,25 @@ def _action_sequences(ctx: CheckContext, task: Task, salt: int) -> dict[str, lis
 
 
 def check_seed_determinism(ctx: CheckContext) -> str:
-    """The same task, seed and actions give the same observations, rewards and end flags, in fresh envs."""
+    """The same task, seed and actions give the same observations, rewards and end flags in two envs. Each
+    env plays every action sequence (gold, wrong, random), one in order and one in reverse order, so state
+    that leaks from one episode into the next shows up as a difference too."""
     if ctx.spec.nondeterministic:
         raise CheckSkipped("the spec is registered nondeterministic=True")
     for index, task in enumerate(ctx.tasks):
-        for kind, actions in _action_sequences(ctx, task, index).items():
-            runs = []
-            for _ in range(2):
-                with built(ctx) as env:
-                    runs.append(play(env, task, actions))
-            if runs[0].reset_observation != runs[1].reset_observation:
-                raise CheckFailed(f"task {task.id}: reset observations differ: {_short(runs[0].reset_observation)} "
-                                  f"vs {_short(runs[1].reset_observation)}", _DETERMINISM_FIX)
-            difference = first_difference(runs[0].transitions, runs[1].transitions)
+        sequences = list(_action_sequences(ctx, task, index).items())
+        with built(ctx) as forward_env, built(ctx) as backward_env:
+            forward = {kind: play(forward_env, task, actions) for kind, actions in sequences}
+            backward = {kind: play(backward_env, task, actions) for kind, actions in reversed(sequences)}
+        for kind, run in forward.items():
+            other = backward[kind]
+            if run.reset_observation != other.reset_observation:
+                raise CheckFailed(f"task {task.id}: reset observations differ: {_short(run.reset_observation)} "
+                                  f"vs {_short(other.reset_observation)}", _DETERMINISM_FIX)
+            difference = first_difference(run.transitions, other.transitions)
             if difference:
                 raise CheckFailed(f"task {task.id}, {kind} actions: {difference}", _DETERMINISM_FIX)
-    return f"{len(ctx.tasks)} task(s) x gold/wrong/random actions, two fresh envs each"
+    return f"{len(ctx.tasks)} task(s) x gold/wrong/random actions in two envs, in opposite orders"
 
 
 _DETERMINISM_FIX = ("draw all randomness from self.np_random (seeded by reset), never from `random`, time or "
@@ -182,39 +181,37 @@ _DETERMINISM_FIX = ("draw all randomness from self.np_random (seeded by reset), 
 def check_fork(ctx: CheckContext) -> str:
     """After ``fork()``, the same actions give the same transitions in both copies, matching an unforked run,
     and stepping the copy leaves the original unchanged."""
-    with built(ctx) as probe:
-        if not probe.supports_fork:
-            raise CheckSkipped("supports_fork is False; tree rollouts branch only at the root")
+    if not ctx.probe.supports_fork:
+        raise CheckSkipped("supports_fork is False; tree rollouts branch only at the root")
     for task in ctx.tasks:
         actions = list(task.gold or task.wrong or ctx.random_actions(4))
-        for split_at in sorted({0, len(actions) // 2}):
-            _check_fork_at(ctx, task, actions, split_at)
+        with built(ctx) as reference_env, built(ctx) as env:
+            for split_at in sorted({0, len(actions) // 2}):
+                reference = play(reference_env, task, actions).transitions[split_at:]
+                _check_fork_at(ctx, env, task, actions, split_at, reference)
     return f"forked at the root and mid-episode on {len(ctx.tasks)} task(s)"
 
 
-def _check_fork_at(ctx: CheckContext, task: Task, actions: list[str], split_at: int) -> None:
-    with built(ctx) as env:
-        reference = play(env, task, actions).transitions[split_at:]
-    with built(ctx) as env:
-        prefix = play(env, task, actions[:split_at])
-        if prefix.done:
-            return
-        state_before = (env.turn, env.last_observation, list(env.action_history))
-        try:
-            clone = env.fork()
-        except ForkNotSupportedError as error:
-            raise CheckFailed(f"fork() raised {error}", "set supports_fork = False or implement fork()") from None
-        try:
-            if clone is env:
-                raise CheckFailed("fork() returned the env itself", "return a new env (deepcopy or fork_by_replay)")
-            from_clone, _ = continue_play(clone, actions[split_at:])
-        finally:
-            clone.close()
-        state_after = (env.turn, env.last_observation, list(env.action_history))
-        if state_after != state_before:
-            raise CheckFailed(f"task {task.id}: stepping the fork changed the original (turn/observation/history)",
-                              "the fork must not share mutable state with the original: copy it in fork()")
-        from_original, _ = continue_play(env, actions[split_at:])
+def _check_fork_at(
+    ctx: CheckContext, env: Env, task: Task, actions: list[str], split_at: int, reference: list[Transition]
+) -> None:
+    if play(env, task, actions[:split_at]).done:
+        return
+    state_before = (env.turn, env.last_observation, list(env.action_history))
+    try:
+        clone = env.fork()
+    except ForkNotSupportedError as error:
+        raise CheckFailed(f"fork() raised {error}", "set supports_fork = False or implement fork()") from None
+    try:
+        if clone is env:
+            raise CheckFailed("fork() returned the env itself", "return a new env (deepcopy or fork_by_replay)")
+        from_clone, _ = continue_play(clone, actions[split_at:])
+    finally:
+        clone.close()
+    if (env.turn, env.last_observation, list(env.action_history)) != state_before:
+        raise CheckFailed(f"task {task.id}: stepping the fork changed the original (turn/observation/history)",
+                          "the fork must not share mutable state with the original: copy it in fork()")
+    from_original, _ = continue_play(env, actions[split_at:])
     fix = "fork() must copy every piece of episode state (or replay the history with fork_by_replay())"
     for name, run in (("fork", from_clone), ("original after fork", from_original)):
         difference = None if ctx.spec.nondeterministic else first_difference(reference, run)
@@ -237,11 +234,11 @@ def check_gold_and_wrong(ctx: CheckContext) -> str:
     for task in gold_tasks:
         with built(ctx) as env:
             gold = play(env, task, task.gold or [])
-        _require_gold_success(task, gold)
-        if task.wrong:
+            _require_gold_success(task, gold)
+            if not task.wrong:
+                continue
             num_wrong += 1
-            with built(ctx) as env:
-                wrong = play(env, task, task.wrong)
+            wrong = play(env, task, task.wrong)
             if wrong.last_info.get("success") or wrong.episode_return >= gold.episode_return:
                 raise CheckFailed(f"task {task.id}: wrong actions scored {wrong.episode_return} (success="
                                   f"{wrong.last_info.get('success')}), gold {gold.episode_return}",

@@ -80,8 +80,7 @@ def check_gymnasium_api(ctx: CheckContext) -> str:
 
 def check_render(ctx: CheckContext) -> str:
     """``render()`` after a reset returns text (or None) for every declared render mode."""
-    with built(ctx) as probe:
-        modes = list(probe.metadata.get("render_modes", []))
+    modes = list(ctx.probe.metadata.get("render_modes", []))
     for mode in modes:
         try:
             env = ctx.make(render_mode=mode)
