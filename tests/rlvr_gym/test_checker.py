@@ -30,6 +30,21 @@ class _NonDeterministic(EchoEnv):
         return result._replace(observation=f"{result.observation} ({next(_COUNTER)})")
 
 
+class _LeaksAcrossEpisodes(EchoEnv):
+    """Counts episodes in an attribute that reset() never clears, and shows the count.
+
+    Version History:
+        v0: test double.
+    """
+
+    episodes = 0
+
+    def _reset(self, task: Task | None) -> tuple[str, dict[str, Any]]:
+        self.episodes += 1
+        observation, info = super()._reset(task)
+        return f"{observation} (episode {self.episodes})", info
+
+
 class _ForkSharesState(EchoEnv):
     """Forks with a shallow copy, so the copy shares the action history list.
 
@@ -168,6 +183,7 @@ def test_echo_passes_every_check_on_its_default_suite() -> None:
     ("broken_env", "failed_check", "problem", "fix"),
     [
         (_NonDeterministic, "seed_determinism", "turn 1:", "self.np_random"),
+        (_LeaksAcrossEpisodes, "seed_determinism", "reset observations differ", "global state"),
         (_ForkSharesState, "fork_equivalence", "stepping the fork changed the original", "share mutable state"),
         (_GoldFails, "gold_and_wrong", "gold did not succeed", "fix the verifier"),
         (_WrongScoresMax, "gold_and_wrong", "wrong actions scored 1.0", "less than the maximum"),
