@@ -145,10 +145,12 @@ class TreeSampler:
         self.policy, self.chat = policy, chat
         self.config = config or TreeSamplerConfig()
         self.env_factory = env_factory
+        self.num_calls = 0  # seeds each call's branching draws differently, deterministically
 
     def sample(self, tasks: Sequence[Task], sampling: SamplingParams) -> TreeRollout:
         """Grows one tree per task (each with exactly ``num_leaves`` leaves) and returns them with metrics."""
-        run = _Run(self, tasks, sampling)
+        run = _Run(self, tasks, sampling, call_index=self.num_calls)
+        self.num_calls += 1
         run.loop()
         return TreeRollout(run.trees, tree_metrics(run.trees, run.num_globals, run.num_branches))
 
@@ -156,9 +158,9 @@ class TreeSampler:
 class _Run:
     """The state of one sampling call (created per call: no branching state leaks across calls)."""
 
-    def __init__(self, sampler: TreeSampler, tasks: Sequence[Task], sampling: SamplingParams) -> None:
+    def __init__(self, sampler: TreeSampler, tasks: Sequence[Task], sampling: SamplingParams, call_index: int) -> None:
         self.sampler, self.config, self.sampling = sampler, sampler.config, sampling
-        self.rng = np.random.default_rng(self.config.seed)
+        self.rng = np.random.default_rng([self.config.seed, call_index])
         self.branch_state = BranchState()
         self.trees = [RolloutTree(task, group=i) for i, task in enumerate(tasks)]
         self.budgets = [self._budget() for _ in tasks]

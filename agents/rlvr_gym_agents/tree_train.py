@@ -112,6 +112,8 @@ def tree_episodes(tree_config: TreeSamplerConfig, metrics_path: Path | None = No
     returns the leaves' trajectories in the same order: tree by tree, leaves in creation order.
     """
 
+    samplers: dict[tuple[int, int, int], TreeSampler] = {}
+
     def run(
         policy: Policy,
         chat: ChatFormat,
@@ -128,7 +130,11 @@ def tree_episodes(tree_config: TreeSamplerConfig, metrics_path: Path | None = No
         if len(batch) != n * len(tasks) or any(batch[i].id != tasks[i // n].id for i in range(len(batch))):
             raise ValueError(f"tree rollouts need each task repeated num_leaves={n} times in a row")
         config = dataclasses.replace(tree_config, reuse_kv_cache=reuse_kv_cache, max_turns=max_turns)
-        rollout = TreeSampler(policy, chat, config, env_factory).sample(tasks, sampling)
+        key = (id(policy), id(chat), id(env_factory))
+        if key not in samplers:  # one sampler per run: its call counter varies the branching draws per step
+            samplers[key] = TreeSampler(policy, chat, config, env_factory)
+        samplers[key].config = config
+        rollout = samplers[key].sample(tasks, sampling)
         if metrics_path is not None:
             with metrics_path.open("a", encoding="utf-8") as out:
                 out.write(json.dumps(rollout.metrics, default=str) + "\n")
