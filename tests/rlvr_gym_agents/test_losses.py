@@ -12,6 +12,7 @@ from rlvr_gym_agents.losses import (
     aggregate_loss,
     batch_stats,
     entropy_aware_advantages,
+    entropy_band_penalty,
     high_entropy_mask,
     kl_penalty,
     masked_mean,
@@ -277,3 +278,26 @@ def test_masked_mean_and_config_validation() -> None:
         LossConfig(dual_clip=0.5)
     with pytest.raises(ValueError, match=r"\(B, T\)"):
         policy_loss(torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(2, 2), torch.ones(2, 3), LossConfig())
+
+
+def test_entropy_aware_advantage_keeps_sign_for_moderate_z() -> None:
+    gen = torch.Generator().manual_seed(5)
+    ent = torch.rand(4, 6, generator=gen) * 2
+    adv = torch.randn(4, 6, generator=gen)
+    mask = torch.ones(4, 6)
+    out = entropy_aware_advantages(adv, ent, mask, weight=0.2)  # |z| < 5 for 24 tokens -> factor > 0
+    assert torch.all(torch.sign(out) == torch.sign(adv))
+
+
+def test_entropy_band_penalty_zero_inside_and_pushes_toward_band() -> None:
+    ent = torch.tensor([[0.5, 0.9, 1.1, 1.5, 7.0]], requires_grad=True)
+    mask = torch.tensor([[1, 1, 1, 1, 0]])
+    penalty = entropy_band_penalty(ent, mask, torch.tensor([1.0]), band=(0.8, 1.2))
+    # below: (0.5 - 0.8)^2 = 0.09; inside: 0; above: (1.5 - 1.2)^2 = 0.09; masked: 0
+    torch.testing.assert_close(penalty.detach(), torch.tensor([[0.09, 0.0, 0.0, 0.09, 0.0]]))
+    penalty.sum().backward()
+    assert ent.grad is not None
+    assert ent.grad[0, 0] < 0 and ent.grad[0, 3] > 0  # descent raises low entropy and lowers high entropy
+    assert ent.grad[0, 1] == 0 and ent.grad[0, 2] == 0 and ent.grad[0, 4] == 0
+    with pytest.raises(ValueError, match="band"):
+        entropy_band_penalty(ent, mask, torch.tensor([1.0]), band=(1.2, 0.8))
