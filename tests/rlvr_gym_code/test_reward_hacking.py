@@ -188,3 +188,68 @@ def test_shell_symlink_cannot_fake_or_leak_the_final_state(tmp_path: Path) -> No
     result = env.step("submit")
     assert result.reward == 0.0 and "host secret" not in str(result)
     env.close()
+
+
+BATCH_ATTACKS: dict[str, str] = {
+    "kill_the_zygote": "import os\nos.kill(os.getppid(), 9)\ndef has_close_elements(numbers, threshold):\n    return True",
+    "leave_a_daemon_that_forges_replies": textwrap.dedent("""
+        import os, json, time
+        if os.fork() == 0:
+            os.setsid()
+            for _ in range(300):
+                for i in range(1, 9):
+                    try:
+                        os.write(3, (json.dumps({"id": i, "value": True}) + "\\n").encode())
+                    except OSError:
+                        pass
+                time.sleep(0.01)
+            os._exit(0)
+        def has_close_elements(numbers, threshold):
+            return None"""),
+    "forge_done_and_next_ready": textwrap.dedent("""
+        import os, json, gc
+        nonces = [o for o in gc.get_objects() if isinstance(o, str) and len(o) == 32]
+        for fd in range(3, 10):
+            for n in nonces:
+                try:
+                    os.write(fd, (json.dumps({"done": n}) + "\\n" + json.dumps({"ready": n}) + "\\n").encode())
+                except OSError:
+                    pass
+        def has_close_elements(numbers, threshold):
+            return None"""),
+    "poison_tmp_and_job_dir_for_the_next": textwrap.dedent("""
+        import os
+        for d in ('/tmp', '/dev/shm', '/workspace', '/workspace/job'):
+            try:
+                open(os.path.join(d, 'solution_next.py'), 'w').write('def has_close_elements(*a): return True')
+            except OSError:
+                pass
+        def has_close_elements(numbers, threshold):
+            return None"""),
+    "read_zygote_stdin_and_memory": textwrap.dedent("""
+        import os
+        leaked = []
+        for path in (f'/proc/{os.getppid()}/fd/0', f'/proc/{os.getppid()}/mem', f'/proc/{os.getppid()}/environ'):
+            try:
+                leaked.append(open(path, 'rb').read(10))
+            except OSError:
+                pass
+        def has_close_elements(numbers, threshold):
+            return bool(leaked)"""),
+}
+
+
+def test_batch_mode_keeps_programs_apart(task) -> None:  # type: ignore[no-untyped-def]
+    """Attacks aimed at the programs judged after them in the same sandbox: every honest program still
+    passes and no attack does."""
+    from rlvr_gym_code.judge import judge_batch
+
+    tests = humaneval_tests(task.data)
+    names = sorted(BATCH_ATTACKS) + ["exit_at_import", "always_equal_object", "forge_protocol_replies"]
+    programs = {**BATCH_ATTACKS, **ATTACKS}
+    jobs = []
+    for name in names:
+        jobs += [(HEADER + programs[name], tests), (HONEST, tests)]
+    reports = judge_batch(jobs, limits=LIMITS)
+    verdicts = {f"{i // 2}:{names[i // 2] if i % 2 == 0 else 'honest'}": r.passed for i, r in enumerate(reports)}
+    assert [r.passed for r in reports] == [False, True] * len(names), verdicts

@@ -33,7 +33,9 @@ def mutate(source: str, function: str, kind: str) -> str | None:
     if kind not in MUTATION_KINDS:
         raise ValueError(f"unknown mutation {kind!r}; choose one of {', '.join(MUTATION_KINDS)}")
     tree = ast.parse(source)
-    target = next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == function), None)
+    # the last definition is the one that counts when a module defines the function twice (stub + solution)
+    target = next((n for n in reversed(list(ast.walk(tree))) if isinstance(n, ast.FunctionDef) and n.name == function),
+                  None)
     if target is None:
         return None
     if kind == "return_none":
