@@ -77,3 +77,12 @@ def test_partial_credit_option(judge: object) -> None:
     _, reward, _, _, info = env.step(task.wrong[0])
     fraction = info["reward_details"]["components"]["match_fraction"]
     assert reward == pytest.approx(0.5 * fraction) and reward < 0.5
+
+
+def test_oracle_action_solves_a_generated_problem(judge: object) -> None:
+    env = rlvr_gym.make("rtl/Generated-Refine-v0")
+    with pytest.raises(RuntimeError, match="reset"):
+        env.oracle_action()  # type: ignore[attr-defined]
+    env.reset(seed=11)
+    _, reward, terminated, _, info = env.step(env.oracle_action())  # type: ignore[attr-defined]
+    assert (reward, terminated, info["success"]) == (1.0, True, True)

@@ -78,6 +78,8 @@ def test_forbidden_constructs_are_rejected(snippet: str, expected: str, names) -
     (GOOD.replace("input reset", "input rst").replace("reset ||", "rst ||"), "wrong interface"),
     (GOOD + "module tb; endmodule\n", "reserved by the testbench"),
     (GOOD + "module stim1(output x); endmodule\n", "reserved by the testbench"),
+    (GOOD + "primitive RefModule(output o, input a); table 0 : 0; 1 : 1; endtable endprimitive\n", "reserved"),
+    (GOOD + "package good1; endpackage\n", "reserved by the testbench"),
     (GOOD + "program p; endprogram\n", "`program`"),
     (GOOD + "interface i; endinterface\n", "interfaces"),
     (GOOD + "class C; endclass\n", "classes"),

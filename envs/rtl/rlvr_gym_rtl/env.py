@@ -37,10 +37,12 @@ from rlvr_gym.failures import FailureKind
 from rlvr_gym.tasks import Task
 from rlvr_gym_rtl.generated import KINDS, generate_problem
 from rlvr_gym_rtl.judge import RtlJudge
-from rlvr_gym_rtl.problem import ProblemError, RtlProblem
+from rlvr_gym_rtl.problem import ProblemError, RtlProblem, gold_action
 from rlvr_gym_rtl.verdict import RewardConfig
 from rlvr_gym_rtl.verilog_eval import BUNDLED_DIR, IVERILOG11_LIMITS, load_problem, problem_names, resolve_problem_dir
 
+TASKLESS_MIN_SEED = 10_000_000
+"""Task-less generated problems use seeds from here up, disjoint from the shipped suites' (< 3,000,000)."""
 ANSWER_FORMAT = ("Answer with the complete design (module TopModule with exactly these ports, plus any helper "
                  "modules it needs) in one ```verilog code block. Do not print ($display) or stop the "
                  "simulation; no testbench is needed.")
@@ -110,6 +112,17 @@ class VerilogEnv(Env):
         obs = f"{judgement.feedback}\n\nSubmit a corrected design ({left} submission{'s' if left > 1 else ''} left)."
         return StepResult(obs, 0.0, False, False, info)
 
+    def oracle_action(self) -> str:
+        """The reference design renamed to ``TopModule``, as an answer: a pass in one submission (for
+        demonstrations and warm starts; see ``rlvr_gym_agents.sft``).
+
+        Raises:
+            RuntimeError: before :meth:`reset`.
+        """
+        if self.problem is None:
+            raise RuntimeError("oracle_action() needs a problem; call reset() first")
+        return gold_action(self.problem.reference_solution())
+
     def _problem_for(self, task: Task | None) -> RtlProblem:
         if task is not None and task.data:
             data = task.data
@@ -123,7 +136,7 @@ class VerilogEnv(Env):
             kind = options.get("kind")
             if kind is not None and kind not in KINDS:
                 raise ProblemError(f"unknown generated problem kind {kind!r}; choose one of {', '.join(KINDS)}")
-            return generate_problem(int(self.np_random.integers(0, 2**31 - 1)), kind)
+            return generate_problem(int(self.np_random.integers(TASKLESS_MIN_SEED, 2**31 - 1)), kind)
         directory = resolve_problem_dir(self.problems_dir or BUNDLED_DIR)
         names = [n for n in problem_names(directory) if n not in IVERILOG11_LIMITS]
         if not names:

@@ -101,6 +101,7 @@ class RtlJudge:
     """
 
     _facts_cache: ClassVar[dict[str, _ProblemFacts]] = {}
+    _broken_cache: ClassVar[dict[str, str]] = {}  # references that cannot compile here (deterministic)
     _cache_lock: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(
@@ -158,9 +159,11 @@ class RtlJudge:
             ReferenceFailedError: when the reference itself does not compile or pass here.
         """
         with self._cache_lock:
-            cached = self._facts_cache.get(problem.key)
+            cached, broken = self._facts_cache.get(problem.key), self._broken_cache.get(problem.key)
         if cached is not None:
             return cached
+        if broken is not None:
+            raise ReferenceFailedError(broken)
         ports = module_ports(problem.reference, REF_MODULE)
         if ports is None:
             raise ReferenceFailedError(f"{problem.name}: the reference defines no `{REF_MODULE}`")
@@ -168,8 +171,12 @@ class RtlJudge:
         sim = outcome.sim
         if outcome.stage != "simulate" or not run.ok or sim is None or sim.mismatches != 0 or not sim.samples:
             detail = outcome.compile_log.strip()[:300] or run.stderr[-300:] or f"{sim}"
-            raise ReferenceFailedError(f"{problem.name}: the reference does not pass its own testbench with "
-                                       f"this simulator ({outcome.stage}): {detail}")
+            message = (f"{problem.name}: the reference does not pass its own testbench with this simulator "
+                       f"({outcome.stage}): {detail}")
+            if outcome.stage in ("compile_alone", "compile"):
+                with self._cache_lock:
+                    self._broken_cache[problem.key] = message
+            raise ReferenceFailedError(message)
         facts = _ProblemFacts(ports, harness_names(problem.testbench, problem.reference), sim.samples)
         with self._cache_lock:
             self._facts_cache[problem.key] = facts

@@ -76,7 +76,8 @@ _TOP_LEVEL_OK = {
     syntax.SyntaxKind.ModuleDeclaration, syntax.SyntaxKind.UdpDeclaration, syntax.SyntaxKind.PackageDeclaration,
     syntax.SyntaxKind.TypedefDeclaration, syntax.SyntaxKind.ParameterDeclarationStatement,
     syntax.SyntaxKind.EmptyMember, syntax.SyntaxKind.TimeUnitsDeclaration,
-    syntax.SyntaxKind.PackageImportDeclaration,
+    syntax.SyntaxKind.PackageImportDeclaration, syntax.SyntaxKind.FunctionDeclaration,
+    syntax.SyntaxKind.TaskDeclaration,
 }
 _NAME_ERRORS = {
     "UndeclaredIdentifier", "CouldNotResolveHierarchicalPath", "UnknownModule", "UnknownPackage",
@@ -207,7 +208,8 @@ def _syntax_problems(tree: syntax.SyntaxTree, harness: HarnessNames) -> list[str
     members = root.members if root.kind == syntax.SyntaxKind.CompilationUnit else [root]
     for member in members:
         if member.kind not in _TOP_LEVEL_OK and member.kind not in _FORBIDDEN_NODES:
-            problems.append(f"only modules, primitives and packages may appear at the top level, not "
+            problems.append(f"only modules, primitives, packages, types, parameters and functions may appear at "
+                            f"the top level, not "
                             f"`{str(member).strip().splitlines()[0][:60]}`")
     return _unique(problems)
 
@@ -230,8 +232,10 @@ def _node_problems(node: Any, harness: HarnessNames) -> list[str]:
             return ["`$root` names are not allowed: a design may only use its own signals"]
         if first in harness.modules | harness.instances:
             return [f"hierarchical reference `{str(node).strip()}` reaches outside the design"]
-    elif kind == syntax.SyntaxKind.ModuleDeclaration:
-        return _module_name_problems(node, harness)
+    elif kind in (syntax.SyntaxKind.ModuleDeclaration, syntax.SyntaxKind.PackageDeclaration):
+        return _reserved_name(node.header.name.valueText, harness)
+    elif kind == syntax.SyntaxKind.UdpDeclaration:
+        return _reserved_name(node.name.valueText, harness)
     elif kind == syntax.SyntaxKind.HierarchyInstantiation and node.type.valueText in harness.modules:
         return [f"instantiating `{node.type.valueText}` is not allowed: it belongs to the testbench"]
     elif kind in (syntax.SyntaxKind.PortDeclaration, syntax.SyntaxKind.ImplicitAnsiPort) and "inout" in str(
@@ -254,8 +258,7 @@ def _directive_problems(token: parsing.Token, harness: HarnessNames) -> list[str
     return problems
 
 
-def _module_name_problems(node: object, harness: HarnessNames) -> list[str]:
-    name = node.header.name.valueText  # type: ignore[attr-defined]
+def _reserved_name(name: str, harness: HarnessNames) -> list[str]:
     if name in harness.modules or name in harness.instances:
         return [f"module name `{name}` is reserved by the testbench; rename it"]
     return []
