@@ -345,7 +345,8 @@ def _print_metrics(metrics: dict[str, Any], console: Console) -> None:
     keys = ["num_tasks", "num_episodes", "pass@1", *([f"pass@{k}"] if k != 1 else []), "mean_reward", "mean_turns",
             "truncation_rate", "tool_calls_per_episode", "invalid_tool_call_rate", "mean_elapsed_s"]
     for key in keys:
-        table.add_row(key, format_value(metrics.get(key)))
+        stderr = metrics.get(f"{key}_stderr")
+        table.add_row(key, format_value(metrics.get(key)) + (f" ± {stderr:.3f}" if stderr is not None else ""))
     console.print(table)
     if len(metrics["per_env"]) > 1 or metrics["per_task_type"]:
         groups = {**metrics["per_env"], **metrics["per_task_type"]}

@@ -177,7 +177,8 @@ def summarize(records: Sequence[EpisodeRecord], k: int = 1) -> dict[str, Any]:
         k: the k of pass@k.
 
     Returns:
-        A dict with ``num_tasks``, ``num_episodes``, ``k``, ``pass@1``, ``pass@{k}``, ``mean_reward``,
+        A dict with ``num_tasks``, ``num_episodes``, ``k``, ``pass@1``, ``pass@{k}``, their standard errors over
+        tasks ``pass@1_stderr`` and ``pass@{k}_stderr`` (None with fewer than two tasks), ``mean_reward``,
         ``mean_turns``, ``truncation_rate``, ``tool_calls_per_episode`` and ``invalid_tool_call_rate``
         (None when no env declared tools / no call was made), ``failures_by_type`` (all failures, by kind),
         ``episodes_ended_by`` (last-step failure kinds), ``mean_elapsed_s``, and the breakdowns
@@ -211,6 +212,8 @@ def _core_metrics(records: Sequence[EpisodeRecord], k: int) -> dict[str, Any]:
         "k": k,
         "pass@1": _mean(pass_at_k(n, c, 1) for n, c in counts),
         f"pass@{k}": _mean(pass_at_k(n, c, k) for n, c in counts),
+        "pass@1_stderr": _standard_error([pass_at_k(n, c, 1) for n, c in counts]),
+        f"pass@{k}_stderr": _standard_error([pass_at_k(n, c, k) for n, c in counts]),
         "mean_reward": _mean(r.reward for r in records),
         "mean_turns": _mean(r.turns for r in records),
         "truncation_rate": _mean(float(r.truncated) for r in records),
@@ -232,6 +235,15 @@ def _group_by(records: Iterable[EpisodeRecord], attribute: str) -> dict[Any, lis
 def _mean(values: Iterable[float]) -> float:
     values = list(values)
     return sum(values) / len(values) if values else 0.0
+
+
+def _standard_error(values: Sequence[float]) -> float | None:
+    """Standard error of the mean over tasks: sample standard deviation (n - 1) / sqrt(n); None for n < 2."""
+    if len(values) < 2:
+        return None
+    mean = _mean(values)
+    variance = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
+    return math.sqrt(variance / len(values))
 
 
 # -- running episodes ---------------------------------------------------------------------------------------

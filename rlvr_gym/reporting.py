@@ -61,9 +61,9 @@ class EvalReport:
         keys = [key for key in _HEADLINE if key in m]
         if k != 1:
             keys.insert(keys.index("pass@1") + 1, f"pass@{k}")
-        lines += ["| metric | value |", "|---|---|", *(f"| {key} | {format_value(m.get(key))} |" for key in keys)]
-        note = (f"pass@1 and pass@{k}: the unbiased estimator of Chen et al. 2021, averaged over tasks; other "
-                "means are over episodes. Tool metrics count only envs that declare tools.")
+        lines += ["| metric | value |", "|---|---|", *(f"| {key} | {_with_stderr(m, key)} |" for key in keys)]
+        note = (f"pass@1 and pass@{k}: the unbiased estimator of Chen et al. 2021, averaged over tasks (± standard "
+                "error over tasks); other means are over episodes. Tool metrics count only envs that declare tools.")
         lines += ["", note]
         for title, key in (("Per env", "per_env"), ("Per task type", "per_task_type")):
             if m.get(key):
@@ -115,6 +115,11 @@ def format_value(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.3f}"
     return str(value)
+
+
+def _with_stderr(metrics: dict[str, Any], key: str) -> str:
+    stderr = metrics.get(f"{key}_stderr")
+    return format_value(metrics.get(key)) + (f" ± {stderr:.3f}" if stderr is not None else "")
 
 
 def _breakdown_table(groups: dict[str, dict[str, Any]], k: int) -> list[str]:

@@ -72,7 +72,7 @@ def test_register_example_passes_check_and_gold_eval(guess_package: Path, capsys
     out = capsys.readouterr().out
     assert "mygames/Guess-v0: all checks passed" in out
     report = (guess_package / "runs" / "eval" / "mygames_guess-gold" / "report.md").read_text()
-    assert "| pass@1 | 1.000 |" in report and "| two-step |" in report
+    assert "| pass@1 | 1.000 ± 0.000 |" in report and "| two-step |" in report
 
 
 def test_evaluate_commands_parse_and_snippet_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

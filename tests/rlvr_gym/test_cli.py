@@ -88,7 +88,7 @@ def test_eval_gold_writes_the_three_reports(tmp_path: Path, capsys: pytest.Captu
     payload = json.loads((out_dir / "report.json").read_text())
     assert payload["metrics"]["pass@1"] == 1.0 and payload["metrics"]["num_episodes"] == 6
     assert payload["config"]["agent"] == "gold" and payload["config"]["k"] == 2
-    assert "| pass@2 | 1.000 |" in (out_dir / "report.md").read_text()
+    assert "| pass@2 | 1.000 ± 0.000 |" in (out_dir / "report.md").read_text()
     assert (out_dir / "report.png").read_bytes()[:4] == b"\x89PNG"
 
 

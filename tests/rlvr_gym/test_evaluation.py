@@ -67,6 +67,9 @@ def test_summarize_hand_made_records() -> None:
     assert m["num_tasks"] == 2 and m["num_episodes"] == 4 and m["k"] == 2
     assert m["pass@1"] == pytest.approx(0.25)
     assert m["pass@2"] == pytest.approx(0.5)
+    # per-task pass@1 = [0.5, 0.0]: sample std = sqrt(2 * 0.25**2 / 1) = 0.3536, / sqrt(2) = 0.25
+    assert m["pass@1_stderr"] == pytest.approx(0.25)
+    assert m["pass@2_stderr"] == pytest.approx(0.5)  # per-task pass@2 = [1, 0]
     assert m["mean_reward"] == pytest.approx(0.25)
     assert m["mean_turns"] == pytest.approx(2.5)
     assert m["truncation_rate"] == pytest.approx(0.25)
@@ -77,6 +80,7 @@ def test_summarize_hand_made_records() -> None:
     assert set(m["per_env"]) == {"fam/A-v0", "fam/B-v0"}
     assert m["per_env"]["fam/A-v0"]["pass@1"] == pytest.approx(0.5)
     assert m["per_env"]["fam/A-v0"]["tool_calls_per_episode"] is None
+    assert m["per_env"]["fam/A-v0"]["pass@1_stderr"] is None  # one task
     assert m["per_task_type"] == {"pick": m["per_env"]["fam/A-v0"]}
 
 
@@ -240,7 +244,7 @@ def test_report_save_writes_json_markdown_png(tmp_path: Any) -> None:
     assert payload["metrics"]["pass@2"] == 1.0 and len(payload["records"]) == 8
     assert EvalReport.from_json(paths["json"]).records == report.records
     markdown = paths["markdown"].read_text()
-    assert "| pass@2 | 1.000 |" in markdown and "## Per task type" in markdown and "| even |" in markdown
+    assert "| pass@2 | 1.000 ± 0.000 |" in markdown and "## Per task type" in markdown and "| even |" in markdown
     assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and paths["png"].stat().st_size > 5000
 
 
