@@ -343,11 +343,10 @@ class _Run:
             f"exceeds the policy's window of {limit}",
             {"context_tokens": path.context_length, "max_context_tokens": limit},
         )
-        self.trees[path.task_index].add_node(
+        node = self.trees[path.task_index].add_node(
             path.node, done=True, truncated=True, failures=[failure], branched=path.branched
         )
-        path.done = True
-        _close(path.env)
+        self._finish(path, node.index)
         return True
 
     def _generate(self, running: list[_Path]) -> tuple[list[Generation], Any, Any]:
@@ -473,7 +472,10 @@ class _Run:
         _close(path.env)
         budget = self.budgets[path.task_index]
         if budget.pilot == path.path_id and budget.target_globals is None:
-            ent = self.pilot_entropies[path.path_id]
+            ent = self.pilot_entropies.get(path.path_id)
+            if not ent:  # the pilot ended before generating anything: ARPO's 1:1 split
+                budget.target_globals = max(1, self.config.num_leaves // 2)
+                return
             budget.target_globals = global_sample_count(
                 self.config.num_leaves, ent[0], sum(ent) / len(ent), self.config.pre_monitoring_beta
             )

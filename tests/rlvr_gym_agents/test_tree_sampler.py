@@ -224,3 +224,20 @@ def test_entropy_fallback_branches_at_internal_boundaries_with_replayed_state(to
             sibling = next(c for c in tree.nodes if c.parent == node.parent and c.index != node.index)
             assert node.turn is not None and sibling.turn is not None
             assert node.turn.observation == sibling.turn.observation
+
+
+@pytest.mark.parametrize("pre_monitoring", [False, True])
+def test_context_overflow_still_gives_n_leaves(tokenizer: Any, pre_monitoring: bool) -> None:
+    policy = _policy(tokenizer)
+    policy.max_context_tokens = 30  # the prompt fits, a second turn does not
+    sampler = TreeSampler(
+        policy,
+        ChatFormat(tokenizer),
+        TreeSamplerConfig(num_leaves=4, branch=ALWAYS, pre_monitoring=pre_monitoring),
+        env_factory=_make_echo,
+    )
+    trees = sampler.sample(echo_tasks(2), SAMPLING).trees
+    for tree in trees:
+        assert len(tree.leaves()) == 4
+        kinds = {f.kind.value for leaf in tree.leaves() for f in tree.nodes[leaf].failures}
+        assert "context_overflow" in kinds
