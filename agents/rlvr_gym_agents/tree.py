@@ -8,6 +8,13 @@ siblings share their parent's ids, loss mask and log-probs exactly (algorithms.m
 :meth:`RolloutTree.trajectory` turns a leaf into the flat :class:`~rlvr_gym_agents.rollout.Trajectory` the
 trainer consumes, and :meth:`RolloutTree.token_advantages` gives the matching per-token advantages from
 :mod:`rlvr_gym_agents.tree_credit`.
+
+Training cost and credit of shared prefixes: each leaf is trained as its own row, so a prefix shared by d
+leaves is generated once but recomputed d times in the training forward/backward pass (training tokens equal
+those of flat sampling with the same leaves; only generation is shared). Its summed gradient coefficient is
+d x mean(advantages of the d leaves) in "soft" mode (ARPO's default; the unbiased flat-GRPO estimator over
+the leaves), or exactly the segment's own advantage once with ``dedup=True`` ("hard"/per-segment modes).
+Packing a tree into one row with a tree attention mask would compute each shared token once; not done here.
 """
 
 from __future__ import annotations
