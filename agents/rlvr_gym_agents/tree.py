@@ -29,9 +29,10 @@ from torch import Tensor
 
 from rlvr_gym import Failure, Task
 from rlvr_gym_agents import tree_credit
+from rlvr_gym_agents.advantages import gigpo_advantages
 from rlvr_gym_agents.rollout import Trajectory, Turn
 
-TREE_CREDIT_MODES = ("soft", *tree_credit.TREE_ADVANTAGE_MODES, "treepo")
+TREE_CREDIT_MODES = ("soft", *tree_credit.TREE_ADVANTAGE_MODES, "treepo", "gigpo")
 
 
 @dataclasses.dataclass
@@ -144,15 +145,20 @@ class RolloutTree:
         """One trajectory per leaf, in :meth:`leaves` order."""
         return [self.trajectory(leaf) for leaf in self.leaves()]
 
-    def token_advantages(self, mode: str = "soft", estimator: str = "grpo", dedup: bool = False) -> list[Tensor]:
+    def token_advantages(
+        self, mode: str = "soft", estimator: str = "grpo", dedup: bool = False, gamma: float = 0.95, omega: float = 1.0
+    ) -> list[Tensor]:
         """Per-token advantages aligned with :meth:`trajectories` (0 on prompt ids; observation ids carry
         their segment's value but are masked out of the loss by the trajectory's ``loss_mask``).
 
         Args:
             mode: "soft" (ARPO: a group estimator over the leaves, every token of a leaf row gets the leaf's
                 advantage), "treerl", "local", "global", "arpo_hard" (per-segment values from
-                :func:`tree_credit.node_advantages`) or "treepo" (per-leaf TreePO advantages).
+                :func:`tree_credit.node_advantages`), "treepo" (per-leaf TreePO advantages) or "gigpo"
+                (:func:`advantages.gigpo_advantages` over the leaves' turns, anchor = the node a turn starts
+                from: identical forked states, no observation hashing; per leaf row, ``dedup`` ignored).
             estimator: the group estimator of "soft".
+            gamma / omega: GiGPO's step discount and step-advantage weight ("gigpo" only).
             dedup: scale a segment shared by d leaf rows by 1/d (see :func:`tree_credit.per_row_node_weights`);
                 default False: the shared prefix is credited once per leaf below it.
 
@@ -167,9 +173,37 @@ class RolloutTree:
             return self._leaf_rows(tree_credit.soft_leaf_advantages(rewards, estimator), lengths, dedup)
         if mode == "treepo":
             return self._leaf_rows(tree_credit.treepo_leaf_advantages(parents, rewards), lengths, dedup)
+        if mode == "gigpo":
+            return self._gigpo_rows(lengths, gamma, omega)
         node_adv = tree_credit.node_advantages(parents, rewards, mode)
         rows = tree_credit.leaf_token_advantages(parents, node_adv, lengths, dedup)
         return [rows[leaf] for leaf in self.leaves()]
+
+    def _gigpo_rows(self, lengths: list[int], gamma: float, omega: float) -> list[Tensor]:
+        """GiGPO step rows: every turn of every leaf's path, keyed by the node the turn started from."""
+        rewards, traj, keys, owners = [], [], [], []
+        for row, leaf in enumerate(self.leaves()):
+            for n in self.path(leaf)[1:]:
+                rewards.append(self.nodes[n].reward)
+                traj.append(row)
+                keys.append(self.nodes[n].parent)
+                owners.append((leaf, n))
+        adv = gigpo_advantages(
+            torch.tensor(rewards, dtype=torch.float64),
+            torch.tensor(traj),
+            torch.zeros(len(traj), dtype=torch.long),
+            keys,
+            gamma,
+            omega,
+        )
+        per_turn = {owner: float(a) for owner, a in zip(owners, adv, strict=True)}
+        return [
+            torch.cat(
+                [torch.zeros(lengths[0])]
+                + [torch.full((lengths[n],), per_turn[(leaf, n)]) for n in self.path(leaf)[1:]]
+            ).float()
+            for leaf in self.leaves()
+        ]
 
     def _leaf_rows(self, per_leaf: dict[int, float], lengths: list[int], dedup: bool) -> list[Tensor]:
         """Rows where every segment of a leaf's path carries that leaf's advantage (times its dedup weight)."""

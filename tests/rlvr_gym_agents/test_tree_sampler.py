@@ -165,7 +165,7 @@ def test_pre_monitoring_keeps_budget(tokenizer: Any) -> None:
     assert 2 <= metrics["global_samples"] <= 12
 
 
-@pytest.mark.parametrize("mode", ["soft", "treerl", "local", "global", "arpo_hard", "treepo"])
+@pytest.mark.parametrize("mode", ["soft", "treerl", "local", "global", "arpo_hard", "treepo", "gigpo"])
 def test_token_advantages_align_with_trajectories(tokenizer: Any, mode: str) -> None:
     tree = _sample(tokenizer, ALWAYS)[0]
     advantages = tree.token_advantages(mode)

@@ -1,0 +1,69 @@
+"""RolloutTree: leaf trajectories and tree credit on a hand-built tree (GiGPO anchors from branch nodes)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from rlvr_gym_agents.rollout import Turn
+from rlvr_gym_agents.tree import RolloutTree
+
+from rlvr_gym import Task
+
+
+def _tree() -> RolloutTree:
+    """root -> 1 (reward 0) -> {2 (reward 1, done), 3 (reward 0, done)}; root -> 4 (reward 0, done)."""
+    tree = RolloutTree(Task(id="t", env_id="testing/Echo-v0"))
+    tree.add_node(-1, observation_ids=[7, 7])
+
+    def turn(parent: int, ids: list[int], reward: float, obs: list[int], done: bool) -> None:
+        node_turn = Turn("obs", f"act{len(tree.nodes)}", (0, len(ids)), reward=reward)
+        tree.add_node(
+            parent,
+            generated_ids=ids,
+            logps=[-0.5] * len(ids),
+            entropies=[1.0] * len(ids),
+            observation_ids=obs,
+            turn=node_turn,
+            done=done,
+            terminated=done,
+            success=reward > 0,
+        )
+
+    turn(0, [1, 2], 0.0, [9], False)
+    turn(1, [3], 1.0, [], True)
+    turn(1, [4, 5], 0.0, [], True)
+    turn(0, [6], 0.0, [], True)
+    return tree
+
+
+def test_leaf_trajectories_concatenate_segments() -> None:
+    tree = _tree()
+    assert tree.leaves() == [2, 3, 4]
+    assert tree.leaf_rewards() == {2: 1.0, 3: 0.0, 4: 0.0}
+    traj = tree.trajectory(3)
+    assert traj.token_ids == [7, 7, 1, 2, 9, 4, 5]
+    assert traj.loss_mask == [0, 0, 1, 1, 0, 1, 1]
+    assert traj.turn_spans == [(2, 4), (5, 7)]
+    assert traj.prompt_length == 2 and traj.reward == 0.0 and traj.terminated
+    with pytest.raises(ValueError, match="root"):
+        tree.add_node(-1)
+
+
+def test_gigpo_from_branch_nodes_hand_computed() -> None:
+    # episode (mean-centred): [2/3, -1/3, -1/3]; anchor 0 returns [1, 0, 0] -> [2/3, -1/3, -1/3];
+    # anchor 1 returns [1, 0] -> [+1/2, -1/2]
+    rows = _tree().token_advantages("gigpo", gamma=1.0, omega=1.0)
+    a, b, c = 4 / 3, 7 / 6, -2 / 3
+    torch.testing.assert_close(rows[0], torch.tensor([0, 0, a, a, a, b]))
+    torch.testing.assert_close(rows[1], torch.tensor([0, 0, c, c, c, -5 / 6, -5 / 6]))
+    torch.testing.assert_close(rows[2], torch.tensor([0, 0, c]))
+
+
+def test_gigpo_with_omega_zero_is_mean_centred_soft_credit() -> None:
+    tree = _tree()
+    gigpo = tree.token_advantages("gigpo", gamma=1.0, omega=0.0)
+    soft = tree.token_advantages("soft", estimator="drgrpo")
+    for g, s in zip(gigpo, soft, strict=True):
+        torch.testing.assert_close(g, s)
+    with pytest.raises(ValueError, match="unknown tree credit mode"):
+        tree.token_advantages("nope")
