@@ -11,7 +11,8 @@ Two kinds of agent are accepted:
   browsers or Ray actors overlap their waits. Keys are ``f"{task.id}#{sample}"``.
 
 Nothing an env does can crash a run: an env that raises in construction, ``reset`` or ``step`` ends that
-episode with an ``env_crash`` failure in its :class:`EpisodeRecord`. An agent that raises ends its episodes
+episode with an ``env_crash`` failure in its :class:`EpisodeRecord` (an unknown env id is a configuration
+error and raises :class:`rlvr_gym.UnknownEnvError` before any episode). An agent that raises ends its episodes
 with an ``agent_error`` failure (a harness-level kind, not a :class:`rlvr_gym.FailureKind`), and the first
 traceback is logged. ``env.close()`` is always called.
 
@@ -19,9 +20,9 @@ Example::
 
     from rlvr_gym import load_suite
     from rlvr_gym.evaluation import evaluate
-    report = evaluate(my_agent, load_suite("textworld/test"), k=8)
+    report = evaluate(my_agent, load_suite("textworld/easy-test"), k=8)
     print(report.metrics["pass@1"], report.metrics["pass@8"])
-    report.save("runs/eval")        # metrics.json + records, report.md, report.png
+    report.save("runs/eval")        # report.json (metrics + records), report.md, report.png
 """
 
 from __future__ import annotations
