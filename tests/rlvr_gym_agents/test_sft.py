@@ -1,0 +1,89 @@
+"""SFT warm start: demonstrations with injected mistakes, masks, behaviour cloning."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+import rlvr_gym
+import torch
+from rlvr_gym import load_suite
+from rlvr_gym.testing.toy import echo_tasks
+
+from rlvr_gym_agents.chat import ChatFormat
+from rlvr_gym_agents.policy import load_model_and_tokenizer
+from rlvr_gym_agents.sft import (
+    Demonstration, behaviour_cloning, demonstrate, demonstration_ids, gold_expert, load_expert, oracle_expert,
+    warmup_cosine,
+)
+
+
+def test_demonstration_ids_train_only_on_expert_actions(tiny_model_dir: Path) -> None:
+    _, tokenizer = load_model_and_tokenizer(str(tiny_model_dir))
+    chat = ChatFormat(tokenizer)
+    demo = Demonstration(["Say the word: apple", "Wrong.", "Correct."], ["say bread", "say apple"], [False, True], True)
+    ids, mask = demonstration_ids(demo, chat)
+    mistake = chat.encode("say bread") + [chat.end_of_turn_id]
+    expert = chat.encode("say apple") + [chat.end_of_turn_id]
+    expected = chat.prompt_ids("Say the word: apple") + mistake + chat.observation_ids("Wrong.") + expert
+    assert ids == expected
+    assert [i for i, m in zip(ids, mask) if m] == expert  # the mistake stays in context, out of the loss
+    assert sum(mask) == len(expert)
+
+
+def test_textworld_oracle_demonstrations_recover_from_mistakes() -> None:
+    tasks = list(load_suite("textworld/easy-train"))[:20]
+    rng = random.Random(0)
+    clean = [demonstrate(task, oracle_expert, 0.0, rng) for task in tasks]
+    assert all(d.success and d.actions == task.gold for d, task in zip(clean, tasks))
+    demos = [demonstrate(task, oracle_expert, 0.25, rng) for task in tasks]
+    # mistakes cost turns, so a few episodes hit the 12-turn limit; most still end in success
+    assert sum(d.success for d in demos) >= 15
+    assert 0.1 < sum(not t for d in demos for t in d.trained) / sum(len(d.trained) for d in demos) < 0.4
+    assert all(len(d.observations) == len(d.actions) + 1 for d in demos)
+
+
+def test_gold_expert_replays_gold_and_names_missing_actions() -> None:
+    env = rlvr_gym.make("testing/Echo-v0")
+    task = echo_tasks(1)[0]
+    env.reset(options={"task": task})
+    assert gold_expert(env) == "say apple"
+    env.step("nonsense")
+    with pytest.raises(ValueError, match="no gold action for turn 2"):
+        gold_expert(env)
+    with pytest.raises(TypeError, match="oracle_action"):
+        oracle_expert(env)
+
+
+def test_load_expert_names() -> None:
+    assert load_expert("gold") is gold_expert and load_expert("oracle") is oracle_expert
+    assert load_expert("rlvr_gym_agents.sft:gold_expert") is gold_expert
+    with pytest.raises(ValueError, match="module:function"):
+        load_expert("planner")
+
+
+def test_warmup_cosine_hand_computed() -> None:
+    assert warmup_cosine(0, 10, 110) == pytest.approx(0.1)
+    assert warmup_cosine(9, 10, 110) == pytest.approx(1.0)
+    assert warmup_cosine(10, 10, 110) == pytest.approx(1.0)
+    assert warmup_cosine(60, 10, 110) == pytest.approx(0.55)  # half-way: 0.1 + 0.9 * 0.5
+    assert warmup_cosine(110, 10, 110) == pytest.approx(0.1)
+
+
+def test_behaviour_cloning_learns_the_echo_task(tiny_model_dir: Path) -> None:
+    torch.manual_seed(0)
+    model, tokenizer = load_model_and_tokenizer(str(tiny_model_dir))
+    chat = ChatFormat(tokenizer)
+    demos = [demonstrate(t, gold_expert, 0.0, random.Random(0)) for t in echo_tasks(16)]
+    examples = [demonstration_ids(d, chat) for d in demos]
+    result = behaviour_cloning(model, examples, episodes_per_batch=8, learning_rate=3e-3, warmup_steps=5,
+                               max_steps=150, loss_threshold=0.05, max_time_s=120, seed=0)
+    assert result["stopped_by"] == "loss_threshold" and result["loss"] < 0.05
+    # greedy decoding now says the shown word
+    ids = torch.tensor([chat.prompt_ids("Say the word: candle")])
+    model.eval()
+    for _ in range(3):
+        next_id = model(input_ids=ids).logits[0, -1].argmax()
+        ids = torch.cat([ids, next_id.view(1, 1)], dim=1)
+    assert chat.decode_action(ids[0, -3:].tolist()) == "say candle"
