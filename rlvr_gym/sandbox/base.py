@@ -473,7 +473,7 @@ class SandboxSession:
                 pass
         still_running = self.proc.poll() is None
         _kill_group(self.proc)  # type: ignore[arg-type]
-        if self.on_close is not None:
+        if self.on_close is not None and (still_running or timed_out or (self.proc.returncode or 0) != 0):
             self.on_close()
         self._stderr.seek(0)
         stderr = self._stderr.read(self.limits.output_limit_bytes).decode("utf-8", "replace")

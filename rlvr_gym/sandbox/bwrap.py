@@ -96,6 +96,7 @@ class BwrapSandbox:
         keep = workdir is not None
         workdir = adopt_workdir(Path(workdir), files, host_uid) if keep else make_workdir(  # type: ignore[arg-type]
             files, host_uid, self.workdir_root)
+        outcome = None
         try:
             cmd = self._command(argv, workdir, limits, env or {}, host_uid)
             outcome = run_process_tree(
@@ -113,7 +114,8 @@ class BwrapSandbox:
                 collect_files(workdir, collect) if collect else {},
             )
         finally:
-            _sweep(host_uid)
+            if outcome is None or not _ended_cleanly(outcome.returncode, outcome.timed_out, outcome.output_exceeded):
+                _sweep(host_uid)
             if not keep:
                 remove_tree(workdir)
 
@@ -195,6 +197,12 @@ def _host_uid() -> int:
     if os.geteuid() == 0:
         return HOST_UID_BASE + secrets.randbelow(2**24)
     return os.geteuid()
+
+
+def _ended_cleanly(returncode: int | None, timed_out: bool, output_exceeded: bool) -> bool:
+    """A run whose command exited by itself: the PID namespace is already being torn down by the kernel,
+    so the synchronous sweep (one more process start) is skipped."""
+    return returncode is not None and 0 <= returncode < 128 and not timed_out and not output_exceeded
 
 
 def _sweep(host_uid: int) -> None:

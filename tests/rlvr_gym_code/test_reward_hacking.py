@@ -17,7 +17,7 @@ import rlvr_gym
 from rlvr_gym import load_suite
 from rlvr_gym.sandbox import SandboxLimits
 
-LIMITS = SandboxLimits(timeout_s=3.0, cpu_time_s=2, memory_limit_mb=512, output_limit_bytes=8192)
+LIMITS = SandboxLimits(timeout_s=2.0, cpu_time_s=1, memory_limit_mb=512, output_limit_bytes=8192)
 HEADER = "from typing import List\n"
 HONEST = HEADER + textwrap.dedent("""
     def has_close_elements(numbers: List[float], threshold: float) -> bool:
