@@ -190,7 +190,7 @@ class TrainConfig:
     eval: EvalConfig = dataclasses.field(default_factory=EvalConfig)
     output: OutputConfig = dataclasses.field(default_factory=OutputConfig)
 
-    def derive(self) -> "TrainConfig":
+    def derive(self) -> TrainConfig:
         """Computes derived values in one visible place; returns self."""
         self.output.dir = self.output.dir.replace("{seed}", str(self.seed))
         if self.algorithm.estimator not in ("grpo", "drgrpo", "rloo"):

@@ -103,7 +103,7 @@ class KVState:
         self.cache, self.attention_mask, self.next_position, self.pending = cache, attention_mask, next_position, pending
 
     @classmethod
-    def empty(cls, batch_size: int, device: torch.device) -> "KVState":
+    def empty(cls, batch_size: int, device: torch.device) -> KVState:
         """A state with no context for ``batch_size`` rows."""
         return cls(DynamicCache(), torch.zeros(batch_size, 0, dtype=torch.long, device=device),
                    torch.zeros(batch_size, dtype=torch.long, device=device), [[] for _ in range(batch_size)])
@@ -115,7 +115,7 @@ class KVState:
         """Number of context ids per row (fed and pending)."""
         return [int(n) + len(p) for n, p in zip(self.next_position.tolist(), self.pending)]
 
-    def select(self, rows: Sequence[int]) -> "KVState":
+    def select(self, rows: Sequence[int]) -> KVState:
         """Returns a new state made of copies of ``rows`` (repeats allowed: branching from a prefix)."""
         index = torch.as_tensor(list(rows), dtype=torch.long, device=self.attention_mask.device)
         cache = copy.copy(self.cache)
@@ -155,7 +155,7 @@ class TransformersPolicy:
 
     @classmethod
     def from_pretrained(cls, path_or_id: str, device: str = "cpu", dtype: str = "float32",
-                        **kwargs: Any) -> "TransformersPolicy":
+                        **kwargs: Any) -> TransformersPolicy:
         """Loads a model and tokenizer by hub id or local directory (the same code path for both).
 
         Raises:

@@ -15,7 +15,6 @@ from typing import Any
 import rlvr_gym
 from rlvr_gym import Env, Failure, Task
 from rlvr_gym.evaluation import EpisodeRecord, summarize
-
 from rlvr_gym_agents.chat import ChatFormat
 from rlvr_gym_agents.policy import Policy, SamplingParams, TransformersPolicy
 from rlvr_gym_agents.rollout import Trajectory, run_episodes

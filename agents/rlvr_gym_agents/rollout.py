@@ -18,7 +18,6 @@ from typing import Any
 
 import rlvr_gym
 from rlvr_gym import Env, Failure, FailureKind, Task
-
 from rlvr_gym_agents.chat import ChatFormat
 from rlvr_gym_agents.policy import Generation, Policy, SamplingParams
 
@@ -161,7 +160,7 @@ def _start_episode(task: Task, chat: ChatFormat, env_factory: Callable[[str], En
     try:
         env = env_factory(task.env_id) if max_turns is None else env_factory(task.env_id, max_turns=max_turns)
         observation, _ = env.reset(options={"task": task})
-    except Exception as error:  # an env must never kill the batch
+    except Exception as error:  # noqa: BLE001 - an env must never kill the batch
         trajectory.truncated = True
         trajectory.failures.append(_crash_failure("reset", error))
         return _Episode(None, trajectory, "", [], done=True)
@@ -200,7 +199,7 @@ def _advance(episode: _Episode, generation: Generation, chat: ChatFormat) -> Non
     trajectory.turns.append(turn)
     try:
         observation, reward, terminated, truncated, info = episode.env.step(action)  # type: ignore[union-attr]
-    except Exception as error:  # an env must never kill the batch
+    except Exception as error:  # noqa: BLE001 - an env must never kill the batch
         turn.failure = _crash_failure("step", error)
         trajectory.failures.append(turn.failure)
         trajectory.truncated, episode.done = True, True
@@ -228,5 +227,5 @@ def _close(episode: _Episode) -> None:
     if episode.env is not None:
         try:
             episode.env.close()
-        except Exception as error:  # a failing close is recorded, not raised
+        except Exception as error:  # noqa: BLE001 - a failing close is recorded, not raised
             episode.trajectory.failures.append(_crash_failure("close", error))

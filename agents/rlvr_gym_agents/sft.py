@@ -22,11 +22,11 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-import rlvr_gym
 import torch
 import torch.nn.functional as F
-from rlvr_gym import Env, Task
 
+import rlvr_gym
+from rlvr_gym import Env, Task
 from rlvr_gym_agents.batching import pad_right
 from rlvr_gym_agents.chat import ChatFormat
 

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 from rlvr_gym import Task, load_suite, spec
-
 from rlvr_gym_agents.chat import ChatFormat
 from rlvr_gym_agents.config import TrainConfig
 from rlvr_gym_agents.console import Console

@@ -28,17 +28,17 @@ from typing import Any
 
 import numpy as np
 import torch
-from rlvr_gym import Task
 
+from rlvr_gym import Task
 from rlvr_gym_agents.advantages import broadcast_to_tokens, group_advantages, nonzero_variance_groups
 from rlvr_gym_agents.batching import pad_right, token_logprobs
 from rlvr_gym_agents.config import TrainConfig, to_dict
+from rlvr_gym_agents.console import Console
 from rlvr_gym_agents.losses import batch_stats, policy_loss
 from rlvr_gym_agents.policy import SamplingParams
 from rlvr_gym_agents.rollout import Trajectory, run_episodes
 from rlvr_gym_agents.run_io import MetricsLogger, load_checkpoint, plot_learning_curve, save_checkpoint
 from rlvr_gym_agents.stages import build_policy, build_rollout_policy, evaluate_both, load_task_sources, warm_start
-from rlvr_gym_agents.console import Console
 
 
 def train(config: TrainConfig) -> dict[str, Any]:

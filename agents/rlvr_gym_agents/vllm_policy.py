@@ -36,7 +36,7 @@ class TokenState:
     def context_lengths(self) -> list[int]:
         return [len(c) for c in self.contexts]
 
-    def select(self, rows: Sequence[int]) -> "TokenState":
+    def select(self, rows: Sequence[int]) -> TokenState:
         """Copies of ``rows`` (repeats allowed)."""
         return TokenState([list(self.contexts[r]) for r in rows])
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from transformers import PreTrainedTokenizerFast
-
 from rlvr_gym_agents.chat import ChatFormat
 from rlvr_gym_agents.policy import load_tokenizer
 from rlvr_gym_agents.tiny import build_tokenizer
+from transformers import PreTrainedTokenizerFast
 
 # Qwen2.5-Instruct's chat template without the tool branches (as published with Qwen/Qwen2.5-0.5B-Instruct).
 QWEN25_TEMPLATE = (

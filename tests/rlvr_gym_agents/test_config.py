@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from rlvr_gym_agents.config import ConfigError, TrainConfig, load_config
 
 RECIPES = Path(__file__).resolve().parents[2] / "agents" / "recipes"

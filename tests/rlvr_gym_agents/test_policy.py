@@ -8,9 +8,13 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from rlvr_gym_agents.policy import (
-    Policy, SamplingParams, TransformersPolicy, load_model_and_tokenizer, load_tokenizer, sample_tokens,
+    Policy,
+    SamplingParams,
+    TransformersPolicy,
+    load_model_and_tokenizer,
+    load_tokenizer,
+    sample_tokens,
 )
 
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from rlvr_gym.evaluation import BatchAgent, evaluate
-from rlvr_gym.testing.toy import echo_tasks
-
 from rlvr_gym_agents.chat import ChatFormat
 from rlvr_gym_agents.cli import load_agent
 from rlvr_gym_agents.policy import SamplingParams, TransformersPolicy
 from rlvr_gym_agents.policy_eval import PolicyAgent, evaluate_policy
+
+from rlvr_gym.evaluation import BatchAgent, evaluate
+from rlvr_gym.testing.toy import echo_tasks
 
 
 def test_rollout_evaluation_matches_the_harness_with_the_same_policy(tiny_model_dir: Path) -> None:

@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from rlvr_gym_agents.config import load_config
 from rlvr_gym_agents.trainer import train
 

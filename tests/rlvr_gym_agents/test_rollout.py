@@ -4,16 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-import rlvr_gym
-from rlvr_gym import Env, FailureKind, StepResult, Task
-from rlvr_gym.testing.toy import EchoEnv, echo_tasks
-
 from rlvr_gym_agents.chat import ChatFormat
 from rlvr_gym_agents.policy import SamplingParams, TransformersPolicy
 from rlvr_gym_agents.rollout import run_episodes
 
-
+import rlvr_gym
+from rlvr_gym import Env, FailureKind, StepResult, Task
+from rlvr_gym.testing.toy import EchoEnv, echo_tasks
 
 
 class _LongEcho(EchoEnv):

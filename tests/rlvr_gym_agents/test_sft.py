@@ -6,17 +6,23 @@ import random
 from pathlib import Path
 
 import pytest
-import rlvr_gym
 import torch
-from rlvr_gym import load_suite
-from rlvr_gym.testing.toy import echo_tasks
-
 from rlvr_gym_agents.chat import ChatFormat
 from rlvr_gym_agents.policy import load_model_and_tokenizer
 from rlvr_gym_agents.sft import (
-    Demonstration, behaviour_cloning, demonstrate, demonstration_ids, gold_expert, load_expert, oracle_expert,
+    Demonstration,
+    behaviour_cloning,
+    demonstrate,
+    demonstration_ids,
+    gold_expert,
+    load_expert,
+    oracle_expert,
     warmup_cosine,
 )
+
+import rlvr_gym
+from rlvr_gym import load_suite
+from rlvr_gym.testing.toy import echo_tasks
 
 
 def test_demonstration_ids_train_only_on_expert_actions(tiny_model_dir: Path) -> None:

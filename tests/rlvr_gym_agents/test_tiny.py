@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from rlvr_gym_agents.tiny import CHAT_TEMPLATE, build_model, build_tokenizer, check_round_trip
 
 

@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from rlvr_gym import TaskSuite
-from rlvr_gym.testing.toy import echo_tasks
-
 from rlvr_gym_agents.chat import ChatFormat
 from rlvr_gym_agents.config import load_config
 from rlvr_gym_agents.policy import SamplingParams, TransformersPolicy
 from rlvr_gym_agents.rollout import run_episodes
 from rlvr_gym_agents.run_io import load_checkpoint, save_checkpoint
 from rlvr_gym_agents.trainer import ppo_update, rollout_metrics, train
+
+from rlvr_gym import TaskSuite
+from rlvr_gym.testing.toy import echo_tasks
 
 
 def _weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
