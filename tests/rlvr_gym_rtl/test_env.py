@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 import rlvr_gym
@@ -86,3 +88,19 @@ def test_oracle_action_solves_a_generated_problem(judge: object) -> None:
     env.reset(seed=11)
     _, reward, terminated, _, info = env.step(env.oracle_action())  # type: ignore[attr-defined]
     assert (reward, terminated, info["success"]) == (1.0, True, True)
+
+
+def test_synthesis_requirement_uses_yosys(judge: object) -> None:
+    if shutil.which("yosys") is None:
+        pytest.skip("yosys not installed")
+    task = load_suite("rtl/generated-dev")[2]  # a counter: sequential, with a reset input
+    env = rlvr_gym.make("rtl/Generated-v0", require_synthesis=True)
+    env.reset(options={"task": task})
+    _, reward, _, _, info = env.step(task.gold[0])
+    assert reward == 1.0 and info["reward_details"]["components"]["synthesizable"] == 1.0
+    # simulates identically, but `wait` is not synthesisable
+    unsynthesisable = task.gold[0].replace("endmodule", "  initial begin wait (reset); end\nendmodule", 1)
+    env.reset(options={"task": task})
+    _, reward, _, _, info = env.step(unsynthesisable)
+    assert reward == 0.0 and info["reward_details"]["components"] == {
+        "lint": 1.0, "compiled": 1.0, "sim_completed": 1.0, "match_fraction": 1.0, "pass": 0.0, "synthesizable": 0.0}
