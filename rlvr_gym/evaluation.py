@@ -7,8 +7,10 @@ Two kinds of agent are accepted:
   may keep per-episode state.
 - a :class:`BatchAgent`: ``act_batch(keys, observations, infos) -> actions`` (optionally
   ``end_episodes(keys)``). Up to ``max_parallel`` episodes run in lockstep; each turn the agent gets one
-  observation per live episode and the envs are stepped concurrently (threads), so envs behind processes,
-  browsers or Ray actors overlap their waits. Keys are ``f"{task.id}#{sample}"``.
+  observation per live episode. Keys are ``f"{task.id}#{sample}"``. With ``env_threads=True`` the live envs
+  are reset and stepped concurrently in threads, so envs behind processes or Ray actors (an
+  :class:`rlvr_gym.workers.EnvPool`) overlap their waits; leave it False for in-process envs bound to one
+  thread (Playwright's sync API: the ``web`` family outside a pool).
 
 Nothing an env does can crash a run: an env that raises in construction, ``reset`` or ``step`` ends that
 episode with an ``env_crash`` failure in its :class:`EpisodeRecord` (an unknown env id is a configuration
@@ -28,7 +30,9 @@ Example::
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
+import functools
 import logging
 import math
 import time
@@ -345,6 +349,7 @@ def evaluate(
     *,
     env_factory: Callable[[str], Env] = make,
     max_parallel: int = 16,
+    env_threads: bool = False,
     progress: bool = True,
 ) -> EvalReport:
     """Runs ``k`` episodes per task with ``agent`` and summarizes them.
@@ -356,6 +361,9 @@ def evaluate(
         env_factory: builds an env from an env id (``rlvr_gym.make``, or an env pool's ``make``).
         max_parallel: for a :class:`BatchAgent`, the most episodes in flight at once (>= 1). Plain agents run
             one episode at a time.
+        env_threads: for a :class:`BatchAgent`, reset and step the live envs concurrently in up to
+            ``max_parallel`` threads (envs must tolerate being called from any thread); False calls every env
+            from the calling thread.
         progress: show a progress bar (tqdm) over episodes.
 
     Returns:
@@ -378,7 +386,7 @@ def evaluate(
     episodes = [_Episode(task, sample) for task in task_list for sample in range(k)]
     with _progress_bar(len(episodes), progress) as bar:
         if isinstance(agent, BatchAgent):
-            _run_batched(agent, episodes, env_factory, max_parallel, bar)
+            _run_batched(agent, episodes, env_factory, max_parallel if env_threads else 0, max_parallel, bar)
         elif isinstance(agent, Agent) or callable(agent):
             for episode in episodes:
                 _run_single(agent, episode, env_factory, episodes)
@@ -406,14 +414,16 @@ def _run_single(agent: Any, episode: _Episode, env_factory: Callable[[str], Env]
 
 
 def _run_batched(
-    agent: BatchAgent, episodes: list[_Episode], env_factory: Callable[[str], Env], max_parallel: int, bar: Any
+    agent: BatchAgent, episodes: list[_Episode], env_factory: Callable[[str], Env], num_threads: int,
+    max_parallel: int, bar: Any,
 ) -> None:
     pending = collections.deque(episodes)
     live: list[_Episode] = []
-    with ThreadPoolExecutor(max_workers=max_parallel) as pool:
+    with ThreadPoolExecutor(max_workers=num_threads) if num_threads else contextlib.nullcontext() as pool:
+        run_all = pool.map if pool is not None else map
         while pending or live:
             starting = [pending.popleft() for _ in range(min(max_parallel - len(live), len(pending)))]
-            list(pool.map(lambda e: e.start(env_factory), starting))
+            list(run_all(lambda e: e.start(env_factory), starting))
             live.extend(starting)
             live = _finish_done(agent, live, bar)
             if not live:
@@ -424,10 +434,10 @@ def _run_batched(
                     raise ValueError(f"act_batch returned {len(actions)} actions for {len(live)} episodes")
             except Exception as error:  # noqa: BLE001
                 _log_agent_error(error, episodes)
-                for episode in live:
-                    episode.crash(AGENT_ERROR, error, "agent")
+                crash = functools.partial(_Episode.crash, kind=AGENT_ERROR, error=error, where="agent")
+                list(run_all(crash, live))
             else:
-                list(pool.map(lambda pair: pair[0].step(pair[1]), zip(live, actions)))
+                list(run_all(lambda pair: pair[0].step(pair[1]), zip(live, actions)))
             live = _finish_done(agent, live, bar)
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -288,3 +289,31 @@ def test_custom_env_factory_dict_failures_and_tool_counts() -> None:
     assert (record.tool_calls, record.invalid_tool_calls) == (2, 1)
     assert report.metrics["invalid_tool_call_rate"] == pytest.approx(0.5)
     assert report.metrics["tool_calls_per_episode"] == pytest.approx(2.0)
+
+
+class _ThreadRecordingEnv(EchoEnv):
+    """Records the thread of every reset and step.
+
+    Version History:
+        v0: test double.
+    """
+
+    threads: ClassVar[list[int]] = []
+
+    def _reset(self, task: Any) -> tuple[str, dict[str, Any]]:
+        type(self).threads.append(threading.get_ident())
+        return super()._reset(task)
+
+    def _step(self, action: str) -> StepResult:
+        type(self).threads.append(threading.get_ident())
+        return super()._step(action)
+
+
+@pytest.mark.parametrize("env_threads", [False, True])
+def test_env_threads_only_when_asked(env_threads: bool) -> None:
+    _ThreadRecordingEnv.threads = []
+    report = evaluate(_EchoBatchAgent(), echo_tasks(4), k=2, env_factory=lambda env_id: _ThreadRecordingEnv(),
+                      max_parallel=4, env_threads=env_threads, progress=False)
+    assert report.metrics["pass@1"] == pytest.approx(0.5) and len(_ThreadRecordingEnv.threads) == 16
+    off_main = {t for t in _ThreadRecordingEnv.threads if t != threading.get_ident()}
+    assert bool(off_main) is env_threads  # in-process envs bound to a thread (Playwright) need False
