@@ -132,3 +132,18 @@ def test_all_164_canonical_pass_and_two_wrong_variants_fail() -> None:
     assert sum(r.passed for r in gold) == 164, [t.id for t, r in zip(suite, gold) if not r.passed]
     assert sum(r.passed for r in mutants) == 0
     assert sum(r.passed for r in nones) == 0
+
+
+def test_judge_needs_an_interactive_back_end() -> None:
+    from rlvr_gym.sandbox import SandboxUnavailableError
+    from rlvr_gym_code.judge import interactive_sandbox
+
+    class OneShot:
+        name = "docker"
+
+        def run(self, argv):  # type: ignore[no-untyped-def]
+            raise AssertionError("not used")
+
+    assert interactive_sandbox("bwrap").name == "bwrap"
+    with pytest.raises(SandboxUnavailableError, match="interactive sessions"):
+        interactive_sandbox(OneShot())  # type: ignore[arg-type]

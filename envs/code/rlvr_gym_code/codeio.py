@@ -28,7 +28,15 @@ from rlvr_gym import RewardResult, Task, TaskSuite
 from rlvr_gym.sandbox import SandboxLimits, get_sandbox
 from rlvr_gym_code.extract import extract_code
 from rlvr_gym_code.humaneval import HumanEvalEnv
-from rlvr_gym_code.judge import AST_LOCK, DEFAULT_LIMITS, JudgeReport, PythonTests, check_syntax, judge_python
+from rlvr_gym_code.judge import (
+    AST_LOCK,
+    DEFAULT_LIMITS,
+    JudgeReport,
+    PythonTests,
+    check_syntax,
+    interactive_sandbox,
+    judge_python,
+)
 
 CODEIO_SOURCE = ("reasoning-gym 0.1.25 wheel, reasoning_gym/data/codeio.jsonl.gz (from CodeI/O, Li et al. 2025, "
                  "arXiv 2502.07316); inputs from each record's own input_generator, outputs from its reference")
@@ -80,7 +88,7 @@ def verify_codeio(
     the first mismatch).
     """
     program = extract_code(action)
-    report = judge_python(program, codeio_tests(data), sandbox=get_sandbox(backend), limits=limits)
+    report = judge_python(program, codeio_tests(data), sandbox=interactive_sandbox(backend), limits=limits)
     held = report.num_asserts if report.passed else max(report.num_asserts - 1, 0)
     components = {"passed": float(report.passed), "cases_passed": float(held)}
     return RewardResult(float(report.passed), components, report.reason[:2000]), report

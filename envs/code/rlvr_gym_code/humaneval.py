@@ -28,9 +28,9 @@ import json
 from typing import Any
 
 from rlvr_gym import Env, Failure, FailureKind, RewardResult, StepResult, Task
-from rlvr_gym.sandbox import SandboxLimits, get_sandbox
+from rlvr_gym.sandbox import SandboxLimits
 from rlvr_gym_code.extract import extract_code
-from rlvr_gym_code.judge import AST_LOCK, DEFAULT_LIMITS, JudgeReport, PythonTests, judge_python
+from rlvr_gym_code.judge import AST_LOCK, DEFAULT_LIMITS, JudgeReport, PythonTests, interactive_sandbox, judge_python
 
 INSTRUCTIONS = (
     "Complete the following Python function. Answer with the full function (imports included) in a "
@@ -90,7 +90,7 @@ def verify_humaneval(
                              failure=Failure(FailureKind.PARSE_ERROR, "the action contains no code"))
     else:
         program = assemble_program(data["prompt"], data["entry_point"], code)
-        report = judge_python(program, humaneval_tests(data), sandbox=get_sandbox(backend), limits=limits)
+        report = judge_python(program, humaneval_tests(data), sandbox=interactive_sandbox(backend), limits=limits)
     held = report.num_asserts - (0 if report.passed else 1) if report.num_asserts else 0
     components = {"passed": float(report.passed), "asserts_passed": float(max(held, 0))}
     return RewardResult(float(report.passed), components, report.reason[:2000]), report

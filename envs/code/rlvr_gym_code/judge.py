@@ -36,7 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from rlvr_gym import Failure, FailureKind
-from rlvr_gym.sandbox import Sandbox, SandboxLimits, SandboxSession, get_sandbox
+from rlvr_gym.sandbox import Sandbox, SandboxLimits, SandboxSession, SandboxUnavailableError, get_sandbox
 from rlvr_gym_code import codec
 
 PYTHON = "python3"
@@ -154,6 +154,26 @@ def _candidate_exception(reply: dict[str, Any]) -> BaseException:
     return CandidateError(f"the candidate raised {described}")
 
 
+def interactive_sandbox(backend: str | Sandbox = "auto") -> Sandbox:
+    """A back-end that can ``spawn`` interactive sessions (bwrap, or the opt-in subprocess back-end).
+
+    ``"auto"`` picks :func:`rlvr_gym.sandbox.get_sandbox`'s choice and, when that is Docker (one-shot runs
+    only), bubblewrap instead.
+
+    Raises:
+        SandboxUnavailableError: when the requested back-end cannot run sessions, or none is available.
+    """
+    box = get_sandbox(backend) if isinstance(backend, str) else backend
+    if hasattr(box, "spawn"):
+        return box
+    if backend == "auto":
+        return get_sandbox("bwrap")
+    raise SandboxUnavailableError(
+        f"the {box.name!r} sandbox runs one-shot commands only; the code judge needs interactive sessions: "
+        "use backend='bwrap' (apt-get install bubblewrap) or, for trusted code only, backend='subprocess'"
+    )
+
+
 @functools.lru_cache(maxsize=512)
 def instrument_tests(test_source: str) -> Any:
     """Compiles test code with a counter call before every ``assert`` (``optimize=0``: never stripped).
@@ -218,7 +238,7 @@ def judge_python(
         failure = Failure(FailureKind.PARSE_ERROR, syntax_error)
         return JudgeReport(False, reason=syntax_error, failure=failure)
     code = instrument_tests(tests.test_source)
-    box = sandbox or get_sandbox()
+    box = interactive_sandbox(sandbox or "auto")
     try:
         session = box.spawn(  # type: ignore[attr-defined]
             [PYTHON, "-I", "-S", WORKER_FILE], files={WORKER_FILE: worker_source(), SOLUTION_FILE: program},
@@ -317,7 +337,7 @@ def judge_many(
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    box = sandbox or get_sandbox()
+    box = interactive_sandbox(sandbox or "auto")
     chunks = [list(jobs[i:i + batch_size]) for i in range(0, len(jobs), batch_size)]
     reports: list[JudgeReport] = []
     with ThreadPoolExecutor(max_workers=max_workers) as pool:
@@ -347,7 +367,7 @@ def judge_batch(
     later one. Saves the sandbox and interpreter start-up per program. If a program kills the zygote, the
     programs after it are judged one sandbox each (:func:`judge_python`), so no verdict is lost.
     """
-    box = sandbox or get_sandbox()
+    box = interactive_sandbox(sandbox or "auto")
     reports: list[JudgeReport | None] = [None] * len(jobs)
     session_limits = dataclasses.replace(limits, timeout_s=limits.timeout_s * len(jobs) + 5.0)
     session = box.spawn([PYTHON, "-I", "-S", WORKER_FILE, "--zygote"], files={WORKER_FILE: worker_source()},  # type: ignore[attr-defined]

@@ -13,6 +13,7 @@ Task kinds: ``sort_lines``, ``count_matches``, ``rename_ext``, ``column_sum``, `
 from __future__ import annotations
 
 import copy
+import inspect
 import random
 import shutil
 import tempfile
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvr_gym import Env, Failure, FailureKind, RewardResult, StepResult, Task, TaskSuite
-from rlvr_gym.sandbox import SandboxLimits, get_sandbox
+from rlvr_gym.sandbox import Sandbox, SandboxLimits, SandboxUnavailableError, get_sandbox
 from rlvr_gym.sandbox.base import collect_files, make_workdir
 from rlvr_gym_code.extract import SHELL_TAGS, extract_code
 
@@ -108,7 +109,7 @@ class ShellEnv(Env):
             failure = Failure(FailureKind.PARSE_ERROR if not command else FailureKind.INVALID_ACTION, message)
             return StepResult(f"Invalid action ({message}). Send a shell command, or `{SUBMIT}` to finish.", 0.0,
                               False, False, {"failure": failure})
-        result = get_sandbox(self.backend).run(  # type: ignore[call-arg]
+        result = self._sandbox().run(  # type: ignore[call-arg]
             ["bash", "-c", command], limits=self.limits, workdir=self.workdir)
         info: dict[str, Any] = {"exit_code": result.exit_code}
         if result.failure() is not None:
@@ -116,6 +117,16 @@ class ShellEnv(Env):
         output = (result.stdout + result.stderr)[-OUTPUT_CHARS:]
         status = "timed out" if result.timed_out else f"exit code {result.exit_code}"
         return StepResult(f"{output}[{status}]", 0.0, False, False, info)
+
+    def _sandbox(self) -> Sandbox:
+        """A back-end that runs commands on a persistent work dir (bwrap or subprocess; not Docker)."""
+        box = get_sandbox(self.backend)
+        if "workdir" in inspect.signature(box.run).parameters:
+            return box
+        if self.backend == "auto":
+            return get_sandbox("bwrap")
+        raise SandboxUnavailableError(f"ShellEnv needs a back-end with persistent work dirs (bwrap or subprocess), "
+                                      f"not {box.name!r}")
 
     def fork(self) -> ShellEnv:
         """An independent env in the same state, with its own copy of the work dir."""
