@@ -103,3 +103,18 @@ def test_correct_design_with_allowed_directives_still_passes(judge: RtlJudge, co
             "module TopModule(input wire clk, input wire reset, output reg [3:0] q);\n"
             "  always @(posedge clk) q <= (reset || q == `LAST) ? 4'd1 : q + 4'd1;\nendmodule\n")
     assert judge.judge(counter, gold_action(code)).result.success
+
+
+@pytest.mark.parametrize("script", ["_SCRIPT_SEQUENTIAL", "_SCRIPT_PARALLEL"])
+def test_sequential_and_parallel_scripts_agree(script: str, judge: RtlJudge, counter: RtlProblem,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    import rlvr_gym_rtl.judge as judge_module
+
+    monkeypatch.setattr(judge_module, "_script_for_load", lambda: getattr(judge_module, script))
+    facts = judge.problem_facts(counter)
+    stages = {}
+    for name, code in {"alone": ATTEMPTS["final_zeroes_counters"], "build": HEADER.replace("] q", "] qq") + "endmodule\n",
+                       "pass": counter.reference_solution()}.items():
+        outcome, _run = judge._simulate(counter, code, facts.expected_samples)
+        stages[name] = (outcome.stage, verdict(outcome).value)
+    assert stages == {"alone": ("compile_alone", 0.0), "build": ("compile", 0.0), "pass": ("simulate", 1.0)}

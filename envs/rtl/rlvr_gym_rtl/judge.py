@@ -13,8 +13,9 @@ Pipeline for one candidate (stages named as in :data:`rlvr_gym_rtl.verdict.Stage
 5. ``simulate``: ``vvp -n``; the testbench's verdict line is tagged with a fresh random nonce.
 
 Stages 3-5 run as one script in one :mod:`rlvr_gym.sandbox` run (one sandbox start) under a wall-clock
-limit. The reference runs through the same pipeline once per problem to learn its sample count (cached
-per process by :attr:`RtlProblem.key`). The verdict itself is the pure :func:`rlvr_gym_rtl.verdict.verdict`.
+limit; the two compiles run side by side when the machine has an idle core. The reference runs through
+the same pipeline once per problem to learn its sample count (cached per process by
+:attr:`RtlProblem.key`). The verdict itself is the pure :func:`rlvr_gym_rtl.verdict.verdict`.
 """
 
 from __future__ import annotations
@@ -35,13 +36,14 @@ from rlvr_gym_rtl.verdict import JudgeOutcome, RewardConfig, SimSummary, feedbac
 IVERILOG_FLAGS = ("-Wall", "-Winfloop", "-Wno-timescale", "-g2012")
 """The VerilogEval harness's compile flags (its Makefile), minus nothing."""
 _EXIT_ALONE, _EXIT_BUILD = 90, 91
-_SCRIPT = (
-    # `-t null`: elaborate only; the stand-alone run exists to fail on names that leave the design.
-    f"iverilog -g2012 -s {TOP_MODULE} -t null cand.sv >alone.log 2>&1 || exit {_EXIT_ALONE}\n"
-    f"iverilog {' '.join(IVERILOG_FLAGS)} -s tb -o sim.vvp test.sv ref.sv cand.sv >build.log 2>&1 "
-    f"|| exit {_EXIT_BUILD}\n"
-    "exec vvp -n sim.vvp\n"
+_ALONE = f"iverilog -g2012 -s {TOP_MODULE} -t null cand.sv >alone.log 2>&1"  # `-t null`: elaborate only
+_BUILD = f"iverilog {' '.join(IVERILOG_FLAGS)} -s tb -o sim.vvp test.sv ref.sv cand.sv >build.log 2>&1"
+_SCRIPT_SEQUENTIAL = f"{_ALONE} || exit {_EXIT_ALONE}\n{_BUILD} || exit {_EXIT_BUILD}\nexec vvp -n sim.vvp\n"
+_SCRIPT_PARALLEL = (
+    f"{_ALONE} & alone=$!\n{_BUILD}; build=$?\nwait $alone || exit {_EXIT_ALONE}\n"
+    f"[ $build -eq 0 ] || exit {_EXIT_BUILD}\nexec vvp -n sim.vvp\n"
 )
+"""The two compiles run side by side when a core is idle, else one after the other (same verdicts)."""
 _SYNTH_SCRIPT = f"yosys -q -p 'read_verilog -sv cand.sv; synth -top {TOP_MODULE}' >synth.log 2>&1"
 _LOG_CHARS = 1500
 RTL_IMAGE = "rlvr-gym/rtl:latest"
@@ -185,7 +187,7 @@ class RtlJudge:
     def _simulate(self, problem: RtlProblem, code: str, expected: int | None) -> tuple[JudgeOutcome, SandboxResult]:
         nonce = "RLVR-" + secrets.token_hex(8)
         files = {"test.sv": problem.prepared_testbench(nonce), "ref.sv": problem.reference, "cand.sv": code}
-        run = self.sandbox.run(["sh", "-c", _SCRIPT], files=files, limits=self.limits,
+        run = self.sandbox.run(["sh", "-c", _script_for_load()], files=files, limits=self.limits,
                                collect=("alone.log", "build.log"))
         logs = {name: data.decode("utf-8", "replace") for name, data in run.files.items()}
         if run.sandbox_error is None and run.exit_code == _EXIT_ALONE:
@@ -212,6 +214,15 @@ def _rtl_sandbox(backend: str) -> Sandbox:
         return DockerSandbox(image=os.environ.get("RLVR_GYM_RTL_IMAGE", RTL_IMAGE),
                              client=getattr(sandbox, "client", None))
     return sandbox
+
+
+def _script_for_load() -> str:
+    """The parallel script when the 1-minute load average leaves a core idle, else the sequential one."""
+    try:
+        idle = os.getloadavg()[0] < (os.cpu_count() or 1) - 1
+    except OSError:  # getloadavg is unavailable on some platforms
+        idle = False
+    return _SCRIPT_PARALLEL if idle else _SCRIPT_SEQUENTIAL
 
 
 def _candidate_lines(log: str) -> str:
