@@ -58,9 +58,9 @@ from rlvr_gym.sandbox.base import (
     Sandbox,
     SandboxLimits,
     SandboxResult,
-    SandboxSession,
     SandboxUnavailableError,
 )
+from rlvr_gym.sandbox.session import SandboxSession
 
 BACKENDS = ("auto", "bwrap", "docker", "subprocess")
 ENV_VAR = "RLVR_GYM_SANDBOX"

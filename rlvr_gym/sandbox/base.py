@@ -11,9 +11,9 @@ import stat
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
-from typing import Protocol, Self, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from rlvr_gym.failures import Failure, FailureKind
 
@@ -379,117 +379,3 @@ def classify_exit(returncode: int | None, stderr: str, signal_offset: bool) -> t
 
 
 _SIGNALS = {s.value for s in signal.Signals}
-
-
-# -- interactive sessions ---------------------------------------------------------------------------------
-class SandboxSession:
-    """A running sandboxed process the caller talks to through its stdin and stdout (line-framed).
-
-    Made by ``Sandbox.spawn``. Standard error goes to a temporary file (read at :meth:`close`, capped at
-    ``output_limit_bytes``), so a chatty process never blocks on a full pipe. Every read and write takes an
-    absolute ``deadline`` (``time.monotonic()`` seconds) and never blocks past it.
-
-    Args:
-        cmd: the full launcher command (limits and isolation already in it).
-        limits: the run's limits (for the wall-clock limit and the output cap).
-        workdir: the run's work dir, deleted at :meth:`close`.
-        user: host uid to run the launcher as, or None to stay the current user.
-        env: the launcher's environment.
-        signal_offset: whether the launcher reports signal deaths as ``128 + N``.
-    """
-
-    def __init__(self, cmd: Sequence[str], limits: SandboxLimits, workdir: Path, user: int | None,
-                 env: Mapping[str, str], signal_offset: bool, cwd: Path | None = None) -> None:
-        self.limits = limits
-        self.workdir = workdir
-        self.signal_offset = signal_offset
-        self.start = time.monotonic()
-        self.deadline = self.start + limits.timeout_s
-        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115  (closed in close())
-        self._buffer = bytearray()
-        self._closed = False
-        self.on_close: Callable[[], None] | None = None  # the back-end's final clean-up (bwrap: the uid sweep)
-        self.proc = subprocess.Popen(
-            list(cmd), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, cwd=cwd,
-            env=dict(env), start_new_session=True, close_fds=True,
-            user=user, group=user, extra_groups=[] if user is not None else None,
-        )
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        os.set_blocking(self.proc.stdin.fileno(), False)
-
-    def write(self, data: bytes, deadline: float | None = None) -> bool:
-        """Writes all of ``data`` to the process's stdin; False if it closed stdin or the deadline passed."""
-        deadline = min(deadline or self.deadline, self.deadline)
-        fd = self.proc.stdin.fileno()  # type: ignore[union-attr]
-        view = memoryview(data)
-        with selectors.DefaultSelector() as selector:
-            selector.register(fd, selectors.EVENT_WRITE)
-            while view:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or not selector.select(timeout=remaining):
-                    return False
-                try:
-                    view = view[os.write(fd, view):]
-                except (BrokenPipeError, BlockingIOError):
-                    return False
-        return True
-
-    def read_line(self, deadline: float | None = None, max_bytes: int = 16 * 1024 * 1024) -> bytes | None:
-        """Returns the next line of stdout without its newline, or None on EOF, deadline or a line longer
-        than ``max_bytes``."""
-        deadline = min(deadline or self.deadline, self.deadline)
-        fd = self.proc.stdout.fileno()  # type: ignore[union-attr]
-        with selectors.DefaultSelector() as selector:
-            selector.register(fd, selectors.EVENT_READ)
-            while b"\n" not in self._buffer:
-                remaining = deadline - time.monotonic()
-                if len(self._buffer) > max_bytes or remaining <= 0 or not selector.select(timeout=remaining):
-                    return None
-                chunk = os.read(fd, 1 << 20)
-                if not chunk:
-                    return None
-                self._buffer.extend(chunk)
-        line, _, rest = bytes(self._buffer).partition(b"\n")
-        self._buffer = bytearray(rest)
-        return line if len(line) <= max_bytes else None
-
-    @property
-    def timed_out(self) -> bool:
-        """Whether the wall-clock limit has passed."""
-        return time.monotonic() >= self.deadline
-
-    def close(self, collect: Sequence[str] = ()) -> SandboxResult:
-        """Kills the process tree, collects files, deletes the work dir; returns the run's result (stdout is
-        what was read but not consumed as lines)."""
-        if self._closed:
-            raise RuntimeError("SandboxSession.close() called twice")
-        self._closed = True
-        timed_out = self.timed_out and self.proc.poll() is None
-        if self.proc.poll() is None and not timed_out:
-            try:  # a well-behaved process exits when its stdin closes
-                self.proc.stdin.close()  # type: ignore[union-attr]
-                self.proc.wait(timeout=min(0.5, max(0.0, self.deadline - time.monotonic())))
-            except (OSError, subprocess.TimeoutExpired):
-                pass
-        still_running = self.proc.poll() is None
-        _kill_group(self.proc)  # type: ignore[arg-type]
-        if self.on_close is not None and (still_running or timed_out or (self.proc.returncode or 0) != 0):
-            self.on_close()
-        self._stderr.seek(0)
-        stderr = self._stderr.read(self.limits.output_limit_bytes).decode("utf-8", "replace")
-        self._stderr.close()
-        returncode = None if (timed_out or still_running) else self.proc.returncode
-        exit_code, killed_by = classify_exit(returncode, stderr, self.signal_offset)
-        try:
-            files = collect_files(self.workdir, collect) if collect else {}
-        finally:
-            remove_tree(self.workdir)
-        return SandboxResult(exit_code, bytes(self._buffer).decode("utf-8", "replace"), stderr, timed_out,
-                             killed_by, None, time.monotonic() - self.start, files)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if not self._closed:
-            self.close()

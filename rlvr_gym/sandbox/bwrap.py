@@ -14,7 +14,6 @@ from rlvr_gym.sandbox.base import (
     DEFAULT_LIMITS,
     SandboxLimits,
     SandboxResult,
-    SandboxSession,
     SandboxUnavailableError,
     adopt_workdir,
     classify_exit,
@@ -23,6 +22,7 @@ from rlvr_gym.sandbox.base import (
     remove_tree,
     run_process_tree,
 )
+from rlvr_gym.sandbox.session import SandboxSession
 
 SANDBOX_UID = 65534
 """The uid (``nobody``) the sandboxed code sees inside its user namespace."""

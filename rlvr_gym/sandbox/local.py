@@ -12,7 +12,6 @@ from rlvr_gym.sandbox.base import (
     DEFAULT_LIMITS,
     SandboxLimits,
     SandboxResult,
-    SandboxSession,
     SandboxUnavailableError,
     adopt_workdir,
     classify_exit,
@@ -21,6 +20,7 @@ from rlvr_gym.sandbox.base import (
     remove_tree,
     run_process_tree,
 )
+from rlvr_gym.sandbox.session import SandboxSession
 
 
 class UnsafeSandboxWarning(UserWarning):

@@ -56,9 +56,9 @@ def test_wall_clock_timeout(box) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_cpu_time_limit(box) -> None:  # type: ignore[no-untyped-def]
-    result = box.run(["python3", "-c", "while True: pass"], limits=SandboxLimits(timeout_s=10, cpu_time_s=1))
+    # 1 s of CPU can take many seconds of wall time on a loaded machine, hence the generous wall limit
+    result = box.run(["python3", "-c", "while True: pass"], limits=SandboxLimits(timeout_s=30, cpu_time_s=1))
     assert result.killed_by == "cpu_time" and not result.timed_out
-    assert result.duration_s < 5.0
     assert result.failure().kind is FailureKind.TIMEOUT  # type: ignore[union-attr]
 
 
