@@ -30,3 +30,21 @@ def test_recipe_expert_demonstrations_succeed(name: str) -> None:
     for task in list(load_suite(config.env.train_suite))[:10]:
         demo = sft.demonstrate(task, expert, config.sft.mistake_rate, random.Random(0))
         assert demo.success, (task.id, demo.actions)
+
+
+@pytest.mark.slow  # ~1-3 min on a loaded 2-core machine: tiny model build, a short warm start, one GRPO step
+def test_tools_tree_recipe_runs_one_step(tmp_path: Path) -> None:
+    import json
+
+    trainer = pytest.importorskip("rlvr_gym_agents.trainer")
+    overrides = [
+        "sft.num_demos=40", "sft.max_steps=5", "model.corpus_episodes=40", "train.num_steps=1",
+        "train.tasks_per_step=2", "train.group_size=2", "algorithm.drop_zero_variance_groups=false",
+        "eval.num_tasks=2", "eval.k=1", "env.max_turns=4", f"output.dir={tmp_path / 'run'}",
+        "output.progress=false", "output.tensorboard=false",
+    ]  # fmt: skip
+    result = trainer.train(config_module.load_config(RECIPES / "tools-tree.yaml", overrides))
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    step = next(r for r in records if r["phase"] == "rl")
+    assert step["step"] == 1 and 0.0 <= step["reward_mean"] <= 1.0
+    assert set(result) >= {"before", "after"}
