@@ -196,8 +196,14 @@ def _unknown_message(env_id: str) -> str:
     known = sorted(_REGISTRY)
     close = difflib.get_close_matches(env_id, known, n=3, cutoff=0.5)
     match = ENV_ID_PATTERN.match(env_id)
-    hint = f"did you install `rlvr-gym-{match['family']}`?" if match else "ids look like 'family/Name-v0'."
+    families = installed_families()
+    if not match:
+        hint = "ids look like 'family/Name-v0'."
+    elif match["family"] in families or match["family"] == "testing":
+        hint = f"`rlvr-gym envs` lists the ids of family {match['family']!r}."
+    else:
+        hint = f"did you install `rlvr-gym-{match['family']}`?"
     return (
         f"No env `{env_id}`. Closest registered ids: {', '.join(close) or 'none'}. "
-        f"Installed families: {', '.join(installed_families()) or 'none'}. {hint}"
+        f"Installed families: {', '.join(families) or 'none'}. {hint}"
     )
