@@ -37,7 +37,7 @@ from torch import Tensor
 import rlvr_gym
 from rlvr_gym import Env, Failure, FailureKind, Task
 from rlvr_gym_agents.chat import ChatFormat
-from rlvr_gym_agents.policy import Generation, Policy, SamplingParams
+from rlvr_gym_agents.policy import Generation, Policy, SamplingParams, TransformersPolicy
 from rlvr_gym_agents.rollout import Trajectory, Turn
 from rlvr_gym_agents.tree import RolloutTree, tree_metrics
 from rlvr_gym_agents.tree_branching import BranchConfig, BranchState, global_sample_count, segment_entropy
@@ -145,6 +145,9 @@ class TreeSampler:
         self.policy, self.chat = policy, chat
         self.config = config or TreeSamplerConfig()
         self.env_factory = env_factory
+        if self.config.reuse_kv_cache and not isinstance(policy, TransformersPolicy):
+            # other engines (vLLM) get full contexts and reuse shared prefixes with their own prefix cache
+            self.config = dataclasses.replace(self.config, reuse_kv_cache=False)
         self.num_calls = 0  # seeds each call's branching draws differently, deterministically
 
     def sample(self, tasks: Sequence[Task], sampling: SamplingParams) -> TreeRollout:

@@ -133,7 +133,6 @@ def tree_episodes(tree_config: TreeSamplerConfig, metrics_path: Path | None = No
         key = (id(policy), id(chat), id(env_factory))
         if key not in samplers:  # one sampler per run: its call counter varies the branching draws per step
             samplers[key] = TreeSampler(policy, chat, config, env_factory)
-        samplers[key].config = config
         rollout = samplers[key].sample(tasks, sampling)
         if metrics_path is not None:
             with metrics_path.open("a", encoding="utf-8") as out:
