@@ -33,6 +33,7 @@ WORKDIR_MOUNT = "/workspace"
 _LAUNCHER_ENV = {"PATH": "/usr/bin:/bin"}
 _KILL = shutil.which("kill", path="/usr/bin:/bin") or ""
 _ETC_ENTRIES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime", "mime.types")
+_NETWORK_ETC_ENTRIES = ("resolv.conf", "hosts", "nsswitch.conf", "ssl", "ca-certificates")
 _BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": WORKDIR_MOUNT, "LANG": "C.UTF-8",
              "PYTHONDONTWRITEBYTECODE": "1", "TMPDIR": "/tmp"}
 
@@ -164,7 +165,7 @@ class BwrapSandbox:
             "--size", tmp_bytes, "--tmpfs", "/tmp",
             "--bind", str(workdir), WORKDIR_MOUNT,
         ]
-        for entry in _ETC_ENTRIES:
+        for entry in _ETC_ENTRIES + (_NETWORK_ETC_ENTRIES if limits.network else ()):
             mounts += ["--ro-bind-try", f"/etc/{entry}", f"/etc/{entry}"]
         for host_path, sandbox_path in self.extra_ro_binds.items():
             mounts += ["--ro-bind", host_path, sandbox_path]

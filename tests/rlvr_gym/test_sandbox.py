@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import signal
 import warnings
@@ -172,3 +173,19 @@ def test_spawned_session_deadline(box) -> None:  # type: ignore[no-untyped-def]
     assert session.read_line() is None and session.timed_out
     result = session.close()
     assert result.timed_out and result.exit_code is None and result.duration_s < 3.0
+
+
+def test_network_flag(box) -> None:  # type: ignore[no-untyped-def]
+    import socket
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    port = server.getsockname()[1]
+    code = f"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=3); print('connected')"
+    try:
+        assert box.run(["python3", "-c", code], limits=FAST).stdout != "connected\n"
+        allowed = dataclasses.replace(FAST, network=True)
+        assert box.run(["python3", "-c", code], limits=allowed).stdout == "connected\n"
+    finally:
+        server.close()

@@ -88,3 +88,13 @@ def test_conformance(env_id: str) -> None:
 
     report = check_env(env_id, num_tasks=1)
     assert all(r.status != "failed" for r in report.results)
+
+
+def test_shell_work_dir_quota_ends_the_episode() -> None:
+    task = make_shell_task("dedupe", seed=0)
+    env = rlvr_gym.make("code/Shell-v0", max_workdir_mb=1)
+    env.reset(options={"task": task})
+    result = env.step("for i in 1 2 3; do head -c 600000 /dev/zero > f$i; done")
+    assert result.terminated and result.reward == 0.0
+    assert result.info["failure"].kind is FailureKind.BUDGET_EXCEEDED
+    env.close()

@@ -135,8 +135,9 @@ def test_all_164_canonical_pass_and_two_wrong_variants_fail() -> None:
 
 
 def test_judge_needs_an_interactive_back_end() -> None:
-    from rlvr_gym.sandbox import SandboxUnavailableError
     from rlvr_gym_code.judge import interactive_sandbox
+
+    from rlvr_gym.sandbox import SandboxUnavailableError
 
     class OneShot:
         name = "docker"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import os
 import random
 import shutil
 import tempfile
@@ -67,6 +68,8 @@ class ShellEnv(Env):
     Args:
         backend: sandbox back-end name (``"auto"``, ``"bwrap"``, ...).
         timeout_s: wall-clock limit of one command, in seconds.
+        max_workdir_mb: total size of the work dir's files, in MiB, beyond which the episode ends with a
+            ``budget_exceeded`` failure (checked after each command; a single file is capped at 16 MiB).
         max_turns: turn limit (default 12).
 
     ``fork()`` copies the work dir (exact, even for commands like ``date`` or ``$RANDOM`` whose replay would
@@ -78,13 +81,14 @@ class ShellEnv(Env):
 
     max_turns = 12
 
-    def __init__(self, backend: str = "auto", timeout_s: float = 5.0, max_turns: int | None = None,
-                 render_mode: str | None = None) -> None:
+    def __init__(self, backend: str = "auto", timeout_s: float = 5.0, max_workdir_mb: int = 64,
+                 max_turns: int | None = None, render_mode: str | None = None) -> None:
         super().__init__(max_turns=max_turns, render_mode=render_mode)
         self.backend = backend
         self.limits = SandboxLimits(timeout_s=timeout_s, cpu_time_s=max(1, int(timeout_s)), memory_limit_mb=512,
                                     output_limit_bytes=16384)
         self.workdir: Path | None = None
+        self.max_workdir_mb = max_workdir_mb
 
     def _reset(self, task: Task | None) -> tuple[str, dict[str, Any]]:
         if task is None or "files" not in task.data or "expect" not in task.data:
@@ -114,6 +118,13 @@ class ShellEnv(Env):
         info: dict[str, Any] = {"exit_code": result.exit_code}
         if result.failure() is not None:
             info["failure"] = result.failure()
+        used_mb = _tree_size_bytes(self.workdir) / 2**20  # type: ignore[arg-type]
+        if used_mb > self.max_workdir_mb:
+            failure = Failure(FailureKind.BUDGET_EXCEEDED, f"the work dir grew to {used_mb:.0f} MiB "
+                              f"(limit {self.max_workdir_mb} MiB); the episode ends")
+            reward = RewardResult(0.0, {"checks_passed": 0.0}, failure.message)
+            return StepResult(failure.message, 0.0, True, False, {**info, "failure": failure,
+                              "reward_details": reward.to_dict(), "success": False})
         output = (result.stdout + result.stderr)[-OUTPUT_CHARS:]
         status = "timed out" if result.timed_out else f"exit code {result.exit_code}"
         return StepResult(f"{output}[{status}]", 0.0, False, False, info)
@@ -150,6 +161,17 @@ class ShellEnv(Env):
 
     def __del__(self) -> None:
         self._remove_workdir()
+
+
+def _tree_size_bytes(root: Path) -> int:
+    total = 0
+    for top, _, names in os.walk(root, followlinks=False):
+        for name in names:
+            try:
+                total += os.lstat(os.path.join(top, name)).st_size
+            except OSError:
+                pass
+    return total
 
 
 # -- task generation --------------------------------------------------------------------------------------
