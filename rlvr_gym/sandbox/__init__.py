@@ -25,7 +25,9 @@ What each back-end isolates
     * processes: new PID, IPC, UTS, cgroup and user namespaces; the code runs as uid/gid 65534 inside and,
       when we are root, as a fresh unprivileged host uid per run (so RLIMIT_NPROC is per run and holds: as
       root it would be ignored); ``--disable-userns`` forbids nested namespaces; every process dies with the
-      sandbox (PID namespace + ``--die-with-parent``) and the whole process group is killed at the end.
+      sandbox (PID namespace + ``--die-with-parent``), the launcher's process group is killed at the end,
+      and after a run that did not exit by itself (timeout, output limit, signal) every process of the run's
+      private uid is killed synchronously (the kernel tears a PID namespace down asynchronously).
     * file system: only ``/usr`` (read-only, with the ``/bin``, ``/lib`` symlinks), a few harmless ``/etc``
       files (ld.so cache, alternatives, localtime), a fresh ``/proc`` and minimal ``/dev``, size-limited
       private ``/tmp`` and ``/dev/shm``, and the work dir (``/workspace``, the only writable host path). No
@@ -34,6 +36,8 @@ What each back-end isolates
     * environment: cleared; only PATH, HOME, LANG, TMPDIR, PYTHONDONTWRITEBYTECODE and the caller's ``env``.
     * resources: RLIMIT_AS (memory per process), RLIMIT_CPU, RLIMIT_FSIZE, RLIMIT_NPROC, RLIMIT_NOFILE, core
       dumps off; a wall-clock timeout and an output cap enforced by the parent.
+    * persistent work dirs: ``run(..., workdir=path)`` reuses a caller-owned dir across runs (multi-turn
+      shell episodes); file paths are checked so nothing is ever written through a planted symlink.
     * not isolated: the host kernel is shared (a kernel exploit escapes; no seccomp filter is installed);
       total memory is bounded only by processes x RLIMIT_AS, not by a cgroup; disk use of the work dir is
       bounded per file (RLIMIT_FSIZE) but not in total; CPU time is per process, so many processes can
