@@ -66,8 +66,9 @@ def test_env_draws_from_a_user_directory(small_dir: Path, judge: RtlJudge) -> No
 
 def test_mutations_and_inverted_output_fail(counter: RtlProblem, judge: RtlJudge) -> None:
     found = mutations(counter.reference_solution())
-    assert found and all("module TopModule" in m for m in found)
-    assert any(not judge.judge(counter, gold_action(m)).result.success for m in found)
+    assert [label for label, _ in found][:2] == ["posedge->negedge", "==->!="]
+    assert all("module TopModule" in m for _, m in found) and "negedge" in found[0][1]
+    assert not judge.judge(counter, gold_action(found[0][1])).result.success
     inverted = inverted_output(counter.reference, judge.problem_facts(counter).ports)
     judgement = judge.judge(counter, gold_action(inverted))
     assert judgement.outcome.stage == "simulate" and not judgement.result.success

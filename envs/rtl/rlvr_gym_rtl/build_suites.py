@@ -42,10 +42,10 @@ GENERATED_SPLITS = {"train": (0, 300), "dev": (1_000_000, 40), "test": (2_000_00
 
 def wrong_design(judge: RtlJudge, problem: RtlProblem) -> tuple[str, str]:
     """The first mutation of the reference that the judge fails (and that lints clean), with its label."""
-    for index, mutant in enumerate(mutations(problem.reference_solution())):
+    for label, mutant in mutations(problem.reference_solution()):
         judgement = judge.judge(problem, gold_action(mutant))
         if judgement.outcome.stage not in ("extract", "lint") and not judgement.result.success:
-            return mutant, f"mutation {index}"
+            return mutant, f"mutation {label}"
     mutant = inverted_output(problem.reference, judge.problem_facts(problem).ports)
     if judge.judge(problem, gold_action(mutant)).result.success:
         raise RuntimeError(f"{problem.name}: even the inverted-output mutant passes; the testbench is too weak")

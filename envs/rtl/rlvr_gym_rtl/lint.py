@@ -14,8 +14,8 @@ rejects every construct a design under test has no business containing. The rule
 * **Reaching outside the design**: hierarchical names that do not resolve inside the candidate elaborated
   alone with ``TopModule`` as its only top (``tb.stats1.errors``, ``$root.tb``, upward names such as
   ``stim1.x``), dotted names starting with a testbench instance or module name, ``bind``, ``force`` /
-  ``release``, ``defparam``, and driving an input port from inside (Icarus silently turns such a port into
-  an inout, which would let the design drive the stimulus both the reference and it see).
+  ``release``, ``defparam``, and driving an input port from inside (Icarus accepts it without a warning, and
+  the net driven is the testbench's own, which the reference reads too).
 * **Blocks that run outside the clocked world**: ``final`` blocks (they run before the testbench's own
   ``final`` block prints its verdict), ``program``/``class``/``interface``/``checker``/``config``
   declarations, DPI imports, ``specify`` blocks.
@@ -25,8 +25,9 @@ rejects every construct a design under test has no business containing. The rule
   and any ``define`` of a macro the testbench or reference defines. ``timescale``, ``default_nettype``,
   ``celldefine`` and new local ``define`` s are allowed: the judge compiles the candidate *after* the
   testbench and the reference, so its directives cannot reach them, and LLM answers often carry them.
-* **Names**: a module named like a testbench-side module (``tb``, ``stimulus_gen``, ``RefModule``) or
-  instantiating one (copying the reference) is rejected; ``inout`` ports are rejected.
+* **Names**: a module, package or primitive named like a testbench-side module or instance (``tb``,
+  ``stimulus_gen``, ``RefModule``, ``stim1``, ``good1``), or instantiating one (copying the reference), is
+  rejected; ``inout`` ports are rejected.
 * **Interface**: ``TopModule`` must exist and have exactly the reference's ports (names, directions, widths).
 
 Syntax errors found by pyslang are reported too, so the lint always sees the same code the simulator does.
@@ -46,9 +47,13 @@ from pyslang import ast, parsing, syntax
 TOP_MODULE = "TopModule"
 """The module name every candidate must define (VerilogEval's convention)."""
 
-ALLOWED_SYSTEM_NAMES = frozenset(
-    ["$signed", "$unsigned", "$clog2", "$bits", "$size", "$left", "$right", "$low", "$high", "$increment", "$dimensions", "$unpacked_dimensions", "$countones", "$countbits", "$onehot", "$onehot0", "$isunknown", "$itor", "$rtoi", "$bitstoreal", "$realtobits", "$shortrealtobits", "$bitstoshortreal", "$cast", "$typename", "$ln", "$log10", "$exp", "$sqrt", "$pow", "$floor", "$ceil", "$sin", "$cos", "$tan", "$asin", "$acos", "$atan", "$atan2", "$hypot", "$sinh", "$cosh", "$tanh", "$asinh", "$acosh", "$atanh"]
-)
+ALLOWED_SYSTEM_NAMES = frozenset({
+    "$signed", "$unsigned", "$clog2", "$bits", "$size", "$left", "$right", "$low", "$high", "$increment",
+    "$dimensions", "$unpacked_dimensions", "$countones", "$countbits", "$onehot", "$onehot0", "$isunknown",
+    "$itor", "$rtoi", "$bitstoreal", "$realtobits", "$shortrealtobits", "$bitstoshortreal",
+    "$typename", "$ln", "$log10", "$exp", "$sqrt", "$pow", "$floor", "$ceil", "$sin", "$cos", "$tan", "$asin",
+    "$acos", "$atan", "$atan2", "$hypot", "$sinh", "$cosh", "$tanh", "$asinh", "$acosh", "$atanh",
+})
 """System functions a design may call: pure, constant-foldable, no I/O, no effect on the simulation."""
 
 _ALLOWED_DIRECTIVES = {

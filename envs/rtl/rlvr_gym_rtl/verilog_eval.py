@@ -28,12 +28,14 @@ IVERILOG11_LIMITS = {
 }
 """Problems whose reference does not pass with Debian's iverilog 11, and why."""
 
-_MUTATIONS: tuple[tuple[str, str], ...] = (
-    (r"posedge", "negedge"), (r"(?<![&|])&(?![&|=])", "|"), (r"(?<![&|])\|(?![&|=])", "&"),
-    (r"\^", "&"), (r"==", "!="), (r"\+\s*1\b(?!')", "+ 2"), (r"1'b0", "1'b1"), (r"1'b1", "1'b0"),
-    (r"~", ""), (r"!(?!=)", ""), (r"\belse\b", "else if (1'b0)"),
+_MUTATIONS: tuple[tuple[str, str, str], ...] = (
+    ("posedge->negedge", r"posedge", "negedge"), ("&->|", r"(?<![&|])&(?![&|=])", "|"),
+    ("|->&", r"(?<![&|])\|(?![&|=])", "&"), ("^->&", r"\^", "&"), ("==->!=", r"==", "!="),
+    ("+1->+2", r"\+\s*1\b(?!')", "+ 2"), ("1'b0->1'b1", r"1'b0", "1'b1"), ("1'b1->1'b0", r"1'b1", "1'b0"),
+    ("drop ~", r"~", ""), ("drop !", r"!(?!=)", ""), ("dead else", r"\belse\b", "else if (1'b0)"),
 )
-"""Textual mutations tried in order on the reference (first occurrence only): near misses, not rewrites."""
+"""Textual mutations ``(label, pattern, replacement)`` tried in order on the reference (first occurrence
+only): near misses, not rewrites."""
 
 
 def problem_names(directory: str | Path) -> list[str]:
@@ -77,16 +79,17 @@ def resolve_problem_dir(directory: str) -> Path:
     return path if path.is_absolute() else tasks_dir() / path
 
 
-def mutations(reference_solution: str) -> list[str]:
-    """Candidate wrong designs: each :data:`_MUTATIONS` rule applied to its first match in the module body."""
+def mutations(reference_solution: str) -> list[tuple[str, str]]:
+    """Candidate wrong designs ``(label, code)``: each :data:`_MUTATIONS` rule applied to its first match in
+    the module body (comments removed)."""
     header_end = reference_solution.find(";", reference_solution.find("module"))
     head, body = reference_solution[: header_end + 1], reference_solution[header_end + 1:]
     body_code = _strip_comments(body)
     found = []
-    for pattern, replacement in _MUTATIONS:
+    for label, pattern, replacement in _MUTATIONS:
         mutated = re.sub(pattern, replacement, body_code, count=1)
         if mutated != body_code:
-            found.append(head + mutated)
+            found.append((label, head + mutated))
     return found
 
 
