@@ -47,9 +47,15 @@ from rlvr_gym.verifier import RewardResult
 ActionFormat = Literal["hermes", "python", "tags"]
 ACTION_FORMATS: tuple[ActionFormat, ...] = ("hermes", "python", "tags")
 TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
-_TOOL_CALL_RE = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
-_ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
-_MCP_RE = re.compile(r"<tool_name>(.*?)</tool_name>\s*(?:<arguments>(.*?)</arguments>)?", re.DOTALL)
+# Tags tolerate spaces inside the brackets ("< answer >"): word-level tokenizers decode with a space between
+# tokens, and some models emit them.
+_TOOL_CALL_OPEN_RE = re.compile(r"<\s*tool_call\s*>")
+_TOOL_CALL_RE = re.compile(r"<\s*tool_call\s*>(.*?)(?:<\s*/\s*tool_call\s*>|\Z)", re.DOTALL)
+_ANSWER_RE = re.compile(r"<\s*answer\s*>(.*?)<\s*/\s*answer\s*>", re.DOTALL)
+_ANSWER_OPEN_RE = re.compile(r"<\s*answer\s*>")
+_MCP_RE = re.compile(
+    r"<\s*tool_name\s*>(.*?)<\s*/\s*tool_name\s*>\s*(?:<\s*arguments\s*>(.*?)<\s*/\s*arguments\s*>)?", re.DOTALL
+)
 _FENCE_RE = re.compile(r"^```[a-zA-Z]*\n?(.*?)\n?```$", re.DOTALL)
 _FORMAT_HELP = (
     'call a tool with <tool_call>{"name": "tool", "arguments": {...}}</tool_call> or tool(arg=value), '
@@ -137,7 +143,7 @@ def parse_action(
 
 def _parse(text: str, formats: tuple[str, ...], tag_tools: dict[str, str]) -> ParsedAction:
     answers = _ANSWER_RE.findall(text)
-    has_tags = TOOL_CALL_OPEN in text
+    has_tags = _TOOL_CALL_OPEN_RE.search(text) is not None
     if has_tags and "hermes" not in formats:
         raise _ParseError("<tool_call> tags are not accepted here; write calls as tool(arg=value)")
     tag_calls = _tag_calls(text, tag_tools) if tag_tools and not has_tags else []
@@ -147,7 +153,7 @@ def _parse(text: str, formats: tuple[str, ...], tag_tools: dict[str, str]) -> Pa
         raise _ParseError(f"found {len(answers)} <answer> blocks; give exactly one final answer")
     if answers:
         return ParsedAction("answer", answer=answers[0].strip())
-    if "<answer>" in text:
+    if _ANSWER_OPEN_RE.search(text):
         raise _ParseError("unclosed <answer> tag; write <answer>...</answer>")
     if has_tags:
         return ParsedAction("calls", calls=tuple(c for body in _TOOL_CALL_RE.findall(text) for c in _hermes(body)))
@@ -162,7 +168,7 @@ def _parse(text: str, formats: tuple[str, ...], tag_tools: dict[str, str]) -> Pa
 
 def _tag_calls(text: str, tag_tools: dict[str, str]) -> list[ToolCall]:
     names = "|".join(re.escape(name) for name in sorted(tag_tools, key=len, reverse=True))
-    matches = re.findall(rf"<({names})>(.*?)</\1>", text, re.DOTALL)
+    matches = re.findall(rf"<\s*({names})\s*>(.*?)<\s*/\s*\1\s*>", text, re.DOTALL)
     return [ToolCall(name, {tag_tools[name]: body.strip("\n")}) for name, body in matches]
 
 

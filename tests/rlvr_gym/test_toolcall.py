@@ -80,6 +80,19 @@ def test_parser_reads_answer() -> None:
     assert (parsed.kind, parsed.answer) == ("answer", "Paris")
 
 
+def test_tags_tolerate_spaces_as_word_level_tokenizers_decode_them() -> None:
+    assert parse_action("< answer > Paris </ answer >").answer == "Paris"
+    parsed = parse_action('< tool_call >{"name": "add", "arguments": {"a": 1}}</ tool_call >')
+    assert parsed.calls == (ToolCall("add", {"a": 1}),)
+    assert parse_action("lookup ( entity =' Upper Falmont ')").calls == (
+        ToolCall("lookup", {"entity": " Upper Falmont "}),
+    )
+    assert parse_action("< search > x </ search >", ("tags",), {"search": "query"}).calls[0].arguments == {
+        "query": " x "
+    }
+    assert parse_action("< answer > unclosed").failure is not None
+
+
 @pytest.mark.parametrize(
     ("text", "fragment"),
     [
