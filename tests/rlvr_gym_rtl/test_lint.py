@@ -87,6 +87,8 @@ def test_forbidden_constructs_are_rejected(snippet: str, expected: str, names) -
     (GOOD.replace("endmodule", "specify endspecify\nendmodule"), "specify"),
     ("module TopModule(input clk, inout reset, output [3:0] q); endmodule", "inout"),
     (GOOD.replace("always", "alwayz"), "syntax error"),
+    (GOOD.replace("endmodule", "genvar i;\nfor (i = 0; i < 100000000; i = i + 1) begin : g wire w; end\nendmodule"),
+     "exceeds elaboration limits"),
 ])
 def test_structure_and_interface_problems(code: str, expected: str, names) -> None:  # type: ignore[no-untyped-def]
     problems = lint_candidate(code, PORTS, names)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from rlvr_gym_rtl.verdict import JudgeOutcome, RewardConfig, SimSummary, feedback, parse_sim_output, verdict
 
 NONCE = "RLVR-0123456789abcdef"
@@ -89,3 +91,22 @@ def test_feedback_names_mismatching_outputs_first_mismatch_first() -> None:
     assert "output 'q': 12 mismatches, first at time 40 ps" in text and "reset" in text
     outcome = JudgeOutcome("compile", compile_log="cand.sv:3: syntax error")
     assert "cand.sv:3: syntax error" in feedback(outcome, verdict(outcome))
+
+
+@given(
+    mismatches=st.integers(0, 500), samples=st.integers(0, 500), expected=st.integers(1, 500),
+    exit_code=st.sampled_from([0, 1, -9, None]), timed_out=st.booleans(),
+    killed_by=st.sampled_from([None, "memory", "output"]), partial=st.booleans(),
+)
+def test_pass_rule_property(mismatches: int, samples: int, expected: int, exit_code: int | None,
+                            timed_out: bool, killed_by: str | None, partial: bool) -> None:
+    sim = SimSummary(mismatches, samples, 1)
+    outcome = JudgeOutcome("simulate", exit_code=exit_code, timed_out=timed_out, killed_by=killed_by, sim=sim,
+                           expected_samples=expected)
+    result = verdict(outcome, RewardConfig(partial_credit=partial))
+    should_pass = (mismatches == 0 and samples == expected and exit_code == 0 and not timed_out
+                   and killed_by is None)
+    assert result.success == should_pass and (result.value == 1.0) == should_pass
+    assert 0.0 <= result.value <= 1.0
+    if not should_pass:
+        assert result.value <= 0.5  # partial credit never reaches a pass

@@ -30,8 +30,10 @@ rejects every construct a design under test has no business containing. The rule
   rejected; ``inout`` ports are rejected.
 * **Interface**: ``TopModule`` must exist and have exactly the reference's ports (names, directions, widths).
 
-Syntax errors found by pyslang are reported too, so the lint always sees the same code the simulator does.
-Semantic errors other than name resolution are left to Icarus, the judge of record.
+Syntax errors found by pyslang are reported too, so the lint always sees the same code the simulator does,
+and so are designs beyond slang's elaboration limits (generate loops, constant functions, instance depth),
+which would only burn the simulator's time limit. Other semantic errors are left to Icarus, the judge of
+record.
 """
 
 from __future__ import annotations
@@ -88,6 +90,10 @@ _NAME_ERRORS = {
     "UndeclaredIdentifier", "CouldNotResolveHierarchicalPath", "UnknownModule", "UnknownPackage",
     "UnknownClassOrPackage", "UnknownMember", "UndeclaredButFoundPackage", "HierarchicalFromPackage",
     "UnknownInterface", "UnknownPrimitive", "TypoIdentifier",
+}
+_LIMIT_ERRORS = {
+    "ConstEvalExceededMaxCallDepth", "ConstEvalExceededMaxSize", "ConstEvalExceededMaxSteps",
+    "MaxGenerateStepsExceeded", "MaxInstanceArrayExceeded", "MaxInstanceDepthExceeded", "ValueExceedsMaxBitWidth",
 }
 _INCREMENT_OPS = {"Preincrement", "Predecrement", "Postincrement", "Postdecrement"}
 _FENCE = re.compile(r"```[ \t]*([A-Za-z]*)[^\n]*\n(.*?)```", re.DOTALL)
@@ -276,6 +282,8 @@ def _semantic_problems(compilation: ast.Compilation) -> list[str]:
         if diag.isError() and code in _NAME_ERRORS:
             problems.append(f"unresolved name ({code}): {_diag_text(diag)}; a design may only use its own "
                             f"modules and signals, with `{TOP_MODULE}` as its top")
+        elif diag.isError() and code in _LIMIT_ERRORS:
+            problems.append(f"the design exceeds elaboration limits ({code}); make it smaller")
     return problems
 
 
