@@ -32,6 +32,7 @@ import contextlib
 import fnmatch
 import os
 import signal
+import threading
 import traceback
 from collections.abc import Sequence
 from typing import Any, Self
@@ -172,6 +173,7 @@ class EnvPool:
         self._load = [0] * num_workers
         self._started_ray = False
         self._closed = False
+        self._lock = threading.RLock()  # the evaluation harness makes and steps envs from several threads
         self.restarts = 0
 
     # -- public API -----------------------------------------------------------------------------------
@@ -235,14 +237,16 @@ class EnvPool:
     # -- used by RemoteEnv ----------------------------------------------------------------------------
     def lease_slot(self, slot: int | None = None) -> int:
         """Counts one more env in ``slot`` (by default the slot holding the fewest envs); returns the slot."""
-        if slot is None:
-            slot = min(range(self.num_workers), key=lambda s: self._load[s])
-        self._load[slot] += 1
-        return slot
+        with self._lock:
+            if slot is None:
+                slot = min(range(self.num_workers), key=lambda s: self._load[s])
+            self._load[slot] += 1
+            return slot
 
     def release_slot(self, slot: int) -> None:
         """Counts one env fewer in ``slot``."""
-        self._load[slot] = max(0, self._load[slot] - 1)
+        with self._lock:
+            self._load[slot] = max(0, self._load[slot] - 1)
 
     def current_actor(self, slot: int) -> Any:
         """The actor now serving ``slot`` (None when not started or just replaced)."""
@@ -250,14 +254,15 @@ class EnvPool:
 
     def actor(self, slot: int) -> Any:
         """The live actor of ``slot``, started on first use."""
-        if self._closed:
-            raise RuntimeError("this EnvPool is closed")
-        if self._actors[slot] is None:
-            ray = self._ensure_ray()
-            worker_class = ray.remote(EnvWorker)
-            self._actors[slot] = worker_class.options(num_cpus=self.worker_num_cpus, max_restarts=0).remote(
-                self.max_idle_envs)
-        return self._actors[slot]
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("this EnvPool is closed")
+            if self._actors[slot] is None:
+                ray = self._ensure_ray()
+                worker_class = ray.remote(EnvWorker)
+                self._actors[slot] = worker_class.options(num_cpus=self.worker_num_cpus, max_restarts=0).remote(
+                    self.max_idle_envs)
+            return self._actors[slot]
 
     def call(self, slot: int, actor: Any, method: str, *args: Any) -> Any:
         """Runs ``actor.method(*args)`` and waits at most ``call_timeout_s``.
@@ -289,13 +294,13 @@ class EnvPool:
 
     # -- internals ------------------------------------------------------------------------------------
     def _replace(self, slot: int, dead_actor: Any) -> None:
-        if self._actors[slot] is not dead_actor:
-            return  # another proxy already replaced it
-        ray = _import_ray()
+        with self._lock:
+            if self._actors[slot] is not dead_actor:
+                return  # another proxy already replaced it
+            self._actors[slot] = None
+            self.restarts += 1
         with contextlib.suppress(Exception):  # already gone
-            ray.kill(dead_actor, no_restart=True)
-        self._actors[slot] = None
-        self.restarts += 1
+            _import_ray().kill(dead_actor, no_restart=True)
 
     def _ensure_ray(self) -> Any:
         ray = _import_ray()

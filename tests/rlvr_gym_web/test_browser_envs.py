@@ -1,0 +1,135 @@
+"""Web envs in a real Chromium: gold and wrong solutions, observations, typed failures, crashes, clean-up."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from rlvr_gym_web import DESKTOP_APPS
+from rlvr_gym_web.browser import BrowserHost, marked_browsers
+
+import rlvr_gym
+from rlvr_gym import FailureKind, Task, load_suite
+
+pytestmark = pytest.mark.browser
+ENV_OF_APP = {app: f"web/{name}-v0" for name, (app, _) in DESKTOP_APPS.items()}
+
+
+def play(env: rlvr_gym.Env, task: Task, actions: list[str]) -> rlvr_gym.StepResult:
+    env.reset(options={"task": task})
+    for action in actions:
+        result = env.step(action)
+        if result.terminated or result.truncated:
+            return result
+    return result
+
+
+def test_miniwob_gold_solves_one_task_per_page_and_wrong_does_not(warm_browser: BrowserHost) -> None:
+    suite = load_suite("web/miniwob").filter(split="train")
+    assert len(suite) == 14
+    env = rlvr_gym.make("web/MiniWoB-v0")
+    try:
+        for task in suite:
+            last = play(env, task, task.gold or [])
+            assert last.terminated and last.reward == 1.0 and last.info["success"], task.id
+            assert last.info["reward_details"]["components"]["raw_reward"] > 0
+        wrong = play(env, suite[0], suite[0].wrong or [])
+        assert wrong.terminated and wrong.reward == 0.0 and not wrong.info["success"]
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("app", list(ENV_OF_APP))
+def test_desktop_gui_gold_api_gold_and_wrong(app: str, warm_browser: BrowserHost) -> None:
+    suite = load_suite(f"web/{app}")
+    env = rlvr_gym.make(ENV_OF_APP[app])
+    try:
+        for task in suite:
+            gold = play(env, task, task.gold or [])
+            assert gold.reward == 1.0 and gold.info["success"], (task.id, gold.info["reward_details"])
+            if task.split == "test":
+                continue  # API gold and wrong solutions on the train half keep the tier short
+            api = play(env, task, task.metadata["api_gold"])
+            assert api.reward == 1.0, (task.id, api.info["reward_details"])
+            wrong = play(env, task, task.wrong or [])
+            assert wrong.reward == 0.0 and not wrong.info["success"], task.id
+    finally:
+        env.close()
+
+
+def test_observation_tools_and_typed_failures(warm_browser: BrowserHost, tmp_path: Path) -> None:
+    task = load_suite("web/files")[0]
+    env = rlvr_gym.make("web/FileManager-v0", screenshot_dir=str(tmp_path))
+    try:
+        obs, info = env.reset(options={"task": task})
+        assert obs.startswith(f"Goal: {task.data['instruction']}\nURL: file://") and "\nPage:\n" in obs
+        assert {t["function"]["name"] for t in info["tools"]} >= {"move_file", "delete_file"}
+        assert Path(info["screenshot_path"]).stat().st_size > 1000
+        cases = {
+            'click("9999")': (FailureKind.INVALID_ACTION, "no element with id '9999'"),
+            "click(": (FailureKind.PARSE_ERROR, "Invalid action"),
+            'goto("https://example.com")': (FailureKind.INVALID_ACTION, "outside the allowed sites"),
+            "api.delete_file(path='/nope.txt')": (FailureKind.TOOL_ERROR, "no file /nope.txt"),
+        }
+        for action, (kind, text) in cases.items():
+            result = env.step(action)
+            assert result.info["failure"].kind is kind and text in result.observation, action
+            assert not result.terminated and result.reward == 0.0
+        listing = env.step("api.list_folder(folder='/Downloads')")
+        assert "Tool result: [" in listing.observation and "failure" not in listing.info
+    finally:
+        env.close()
+
+
+def test_api_and_gui_change_the_same_state(warm_browser: BrowserHost) -> None:
+    task = load_suite("web/files")[0]
+    env = rlvr_gym.make("web/FileManager-v0")
+    try:
+        env.reset(options={"task": task})
+        first = task.data["state"]["files"][0]["path"]
+        folder, name = first.rsplit("/", 1)
+        env.step(f"api.delete_file(path={first!r})")
+        assert first not in [f["path"] for f in env.app_state()["files"]]  # type: ignore[attr-defined]
+        obs = env.step(f'click("{_bid(env.last_observation, "button", folder)}")').observation
+        assert f"cell '{name}'" not in obs
+    finally:
+        env.close()
+
+
+def _bid(obs: str, role: str, name: str) -> str:
+    from rlvr_gym_web.observation import bid_of, parse_tree
+
+    return bid_of(parse_tree(obs), role, name)
+
+
+def test_same_seed_same_page_and_math_random_is_seeded(warm_browser: BrowserHost) -> None:
+    task = load_suite("web/miniwob")[4]
+    env = rlvr_gym.make("web/MiniWoB-v0")
+    try:
+        first = env.reset(options={"task": task})[0]
+        draws = env.page.evaluate("() => [Math.random(), Math.random()]")  # type: ignore[attr-defined]
+        assert env.reset(options={"task": task})[0] == first
+        assert env.page.evaluate("() => [Math.random(), Math.random()]") == draws  # type: ignore[attr-defined]
+        assert env.page.evaluate("() => new Date().toISOString()").startswith("2024-03-15T10:00")  # type: ignore[attr-defined]
+    finally:
+        env.close()
+
+
+def test_killed_browser_is_env_crash_and_next_reset_relaunches(warm_browser: BrowserHost) -> None:
+    task = load_suite("web/miniwob")[0]
+    env = rlvr_gym.make("web/MiniWoB-v0")
+    try:
+        env.reset(options={"task": task})
+        mine = [pid for pid, owner in marked_browsers().items() if owner == os.getpid()]
+        assert len(mine) == 1
+        os.killpg(os.getpgid(mine[0]), signal.SIGKILL)
+        time.sleep(0.5)
+        crashed = env.step('click("5")')
+        assert crashed.terminated and crashed.info["failure"].kind is FailureKind.ENV_CRASH
+        env.reset(options={"task": task})
+        assert play(env, task, task.gold or []).reward == 1.0
+    finally:
+        env.close()
