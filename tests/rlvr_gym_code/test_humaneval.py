@@ -6,9 +6,10 @@ import math
 
 import pytest
 from rlvr_gym_code import codec
+from rlvr_gym_code.batch import judge_many
 from rlvr_gym_code.extract import extract_code
 from rlvr_gym_code.humaneval import assemble_program, humaneval_tests, load_humaneval
-from rlvr_gym_code.judge import judge_many, judge_python
+from rlvr_gym_code.judge import judge_python
 from rlvr_gym_code.mutants import mutate
 
 import rlvr_gym
@@ -148,3 +149,26 @@ def test_judge_needs_an_interactive_back_end() -> None:
     assert interactive_sandbox("bwrap").name == "bwrap"
     with pytest.raises(SandboxUnavailableError, match="interactive sessions"):
         interactive_sandbox(OneShot())  # type: ignore[arg-type]
+
+
+def test_persistent_sandbox_gives_the_same_verdicts_forks_and_closes() -> None:
+    import psutil
+
+    suite = load_suite("code/humaneval_refine")
+    env = rlvr_gym.make("code/HumanEval-Refine-v0", persistent_sandbox=True)
+    me = psutil.Process()
+    env.reset(options={"task": suite[1]})
+    assert env.step(suite[1].wrong[0]).reward == 0.0  # type: ignore[index]
+    zygote = env.batch_judge()._session  # type: ignore[attr-defined]
+    assert zygote is not None and me.children()  # one long-lived sandbox
+    clone = env.fork()
+    assert clone._batch is None  # type: ignore[attr-defined]
+    assert env.step(suite[1].gold[0]).reward == 1.0  # type: ignore[index]
+    assert env.batch_judge()._session is zygote  # type: ignore[attr-defined]  # reused, not restarted
+    assert clone.step(suite[1].gold[0]).reward == 1.0  # type: ignore[index]
+    env.reset(options={"task": suite[2]})
+    assert env.step("```python\nimport os\nos.kill(os.getppid(), 9)\n```").reward == 0.0  # kills its zygote
+    assert env.step(suite[2].gold[0]).reward == 1.0  # type: ignore[index]  # a new zygote takes over
+    env.close()
+    clone.close()
+    assert [p for p in me.children() if p.is_running() and p.status() != psutil.STATUS_ZOMBIE] == []

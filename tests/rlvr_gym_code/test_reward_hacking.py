@@ -242,7 +242,7 @@ BATCH_ATTACKS: dict[str, str] = {
 def test_batch_mode_keeps_programs_apart(task) -> None:  # type: ignore[no-untyped-def]
     """Attacks aimed at the programs judged after them in the same sandbox: every honest program still
     passes and no attack does."""
-    from rlvr_gym_code.judge import judge_batch
+    from rlvr_gym_code.batch import judge_batch
 
     tests = humaneval_tests(task.data)
     names = sorted(BATCH_ATTACKS) + ["exit_at_import", "always_equal_object", "forge_protocol_replies"]

