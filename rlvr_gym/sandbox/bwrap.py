@@ -31,7 +31,9 @@ HOST_UID_BASE = 1_000_000_000
 limit of one run is not shared with concurrent runs (RLIMIT_NPROC counts per host uid)."""
 WORKDIR_MOUNT = "/workspace"
 _LAUNCHER_ENV = {"PATH": "/usr/bin:/bin"}
-_KILL = shutil.which("kill", path="/usr/bin:/bin") or ""
+# procps' kill if present (fast), else the system Python: either sends SIGKILL to every process of its uid.
+_KILL_ALL = ([shutil.which("kill", path="/usr/bin:/bin") or "", "-KILL", "-1"] if shutil.which("kill", path="/usr/bin:/bin")
+             else ["/usr/bin/python3", "-I", "-S", "-c", "import os, signal; os.kill(-1, signal.SIGKILL)"])
 _ETC_ENTRIES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime", "mime.types")
 _NETWORK_ETC_ENTRIES = ("resolv.conf", "hosts", "nsswitch.conf", "ssl", "ca-certificates")
 _BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": WORKDIR_MOUNT, "LANG": "C.UTF-8",
@@ -214,9 +216,9 @@ def _sweep(host_uid: int) -> None:
     its processes at once (the kernel blocks forks during the sweep). Only as root: without root the uid
     is the caller's own, and ``kill -1`` would hit the caller's other processes.
     """
-    if os.geteuid() != 0 or host_uid < HOST_UID_BASE or not _KILL:
+    if os.geteuid() != 0 or host_uid < HOST_UID_BASE:
         return
-    subprocess.run([_KILL, "-KILL", "-1"], check=False, capture_output=True, user=host_uid, group=host_uid,
+    subprocess.run(_KILL_ALL, check=False, capture_output=True, user=host_uid, group=host_uid,
                    extra_groups=[], env=_LAUNCHER_ENV, timeout=10)
 
 
