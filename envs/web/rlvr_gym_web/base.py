@@ -186,8 +186,9 @@ class BrowserEnv(Env):
             self.page.go_back()
         else:
             self._element_action(name, args)
-        with contextlib.suppress(Exception):
-            self.page.wait_for_load_state("domcontentloaded", timeout=self.action_timeout_s * 1000)
+        if name in ("click", "dblclick", "press", "goto", "go_back"):  # the actions that may load a page
+            with contextlib.suppress(Exception):
+                self.page.wait_for_load_state("domcontentloaded", timeout=self.action_timeout_s * 1000)
         return ""
 
     def _element_action(self, name: str, args: dict[str, Any]) -> None:
@@ -213,7 +214,7 @@ class BrowserEnv(Env):
     # -- observation ----------------------------------------------------------------------------------
     def _observe(self, info: dict[str, Any], error: str = "") -> str:
         tree = self.page.evaluate(_OBSERVE_JS, self.max_tree_lines)
-        lines = [f"Goal: {self.goal}", f"URL: {self.page.url}", f"Title: {self.page.title()}"]
+        lines = [f"Goal: {self.goal}", f"URL: {self.page.url}", f"Title: {tree['title']}"]
         if error:
             lines.append(error)
         lines.append("Page:")

@@ -34,6 +34,21 @@ NONDETERMINISTIC_PAGES = frozenset({
 })
 EPISODE_TIME_MS = 3_600_000
 _HIDE_HUD_CSS = "#reward-display, #sync-task-cover { display: none !important; }"
+_START_JS = """
+async ({seed, maxTime, css, waitMs}) => {
+  const style = document.createElement('style');
+  style.textContent = css;
+  document.head.appendChild(style);
+  Math.seedrandom(seed);
+  core.EPISODE_MAX_TIME = maxTime;
+  core.startEpisodeReal();
+  for (let waited = 0; WOB_TASK_READY !== true; waited += 20) {
+    if (waited > waitMs) throw new Error('the MiniWoB task did not become ready');
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  return core.getUtterance();
+}
+"""
 
 
 def miniwob_dir() -> Path:
@@ -84,13 +99,10 @@ class MiniWoBEnv(BrowserEnv):
         if not path.is_file():
             raise ValueError(f"no MiniWoB page {page_name!r}; see rlvr_gym_web.miniwob.miniwob_pages()")
         self.page.goto(path.as_uri())
-        self.page.add_style_tag(content=_HIDE_HUD_CSS)
         seed = int(self.np_random.integers(0, 2**31 - 1))
-        self.page.evaluate(
-            f"() => {{ Math.seedrandom({seed}); core.EPISODE_MAX_TIME = {EPISODE_TIME_MS}; core.startEpisodeReal(); }}"
-        )
-        self.page.wait_for_function("() => WOB_TASK_READY === true", timeout=self.action_timeout_s * 1000)
-        return str(self.page.evaluate("() => core.getUtterance()"))
+        # One round trip: hide the reward display, seed, start the episode, wait until the task is ready.
+        return str(self.page.evaluate(_START_JS, {"seed": seed, "maxTime": EPISODE_TIME_MS, "css": _HIDE_HUD_CSS,
+                                                   "waitMs": int(self.action_timeout_s * 1000)}))
 
     def _allowed_origins(self) -> tuple[str, ...]:
         return (miniwob_dir().as_uri() + "/",)

@@ -1,7 +1,7 @@
 // Marks every visible element with a stable `data-bid` and renders a compact accessibility-tree-like text.
 // Idea from BrowserGym (frame_mark_elements.js + flatten_axtree_to_str): ids already given keep their value,
 // new elements get the next integer, so an id seen in one observation still names the same element later.
-// Returns {lines: [string], truncated: bool}.
+// Returns {lines: [string], truncated: bool, title: string}.
 (maxLines) => {
   if (window.__rlvrNextBid === undefined) window.__rlvrNextBid = 1;
   const SKIP = new Set(['SCRIPT', 'STYLE', 'NOSCRIPT', 'TEMPLATE', 'META', 'LINK', 'HEAD', 'BR', 'svg']);
@@ -92,5 +92,5 @@
     for (const child of el.children) visit(child, childDepth);
   }
   visit(document.body, 0);
-  return {lines: lines, truncated: truncated};
+  return {lines: lines, truncated: truncated, title: document.title};
 }
