@@ -35,12 +35,13 @@ What each back-end isolates
     * network: a new, empty network namespace (no interfaces but a down loopback) unless ``network=True``.
     * environment: cleared; only PATH, HOME, LANG, TMPDIR, PYTHONDONTWRITEBYTECODE and the caller's ``env``.
     * resources: RLIMIT_AS (memory per process), RLIMIT_CPU, RLIMIT_FSIZE, RLIMIT_NPROC, RLIMIT_NOFILE, core
-      dumps off; a wall-clock timeout and an output cap enforced by the parent.
+      dumps off; a wall-clock timeout, an output cap and a disk cap on the work dir (polled every 0.25 s)
+      enforced by the parent.
     * persistent work dirs: ``run(..., workdir=path)`` reuses a caller-owned dir across runs (multi-turn
       shell episodes); file paths are checked so nothing is ever written through a planted symlink.
     * not isolated: the host kernel is shared (a kernel exploit escapes; no seccomp filter is installed);
-      total memory is bounded only by processes x RLIMIT_AS, not by a cgroup; disk use of the work dir is
-      bounded per file (RLIMIT_FSIZE) but not in total; CPU time is per process, so many processes can
+      total memory is bounded only by processes x RLIMIT_AS, not by a cgroup; the disk cap is polled, so a
+      fast writer can overshoot it by what it writes in 0.25 s; CPU time is per process, so many processes can
       share the CPU until the wall-clock limit; timing and ``/proc`` kernel-wide information (uptime, load,
       CPU model) are visible.
 ``docker`` (``docker`` SDK, image from ``docker/sandbox/Dockerfile``):

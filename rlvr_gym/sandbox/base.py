@@ -11,7 +11,7 @@ import stat
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Protocol, runtime_checkable
 
@@ -42,6 +42,8 @@ class SandboxLimits:
         network: allow network access (bwrap: shares the host network namespace; off by default).
         max_open_files: open file descriptors per process (RLIMIT_NOFILE).
         tmp_size_mb: size of the private ``/tmp`` and ``/dev/shm`` tmpfs mounts, in MiB (bwrap, Docker).
+        disk_limit_mb: host disk the work dir's files may take, in MiB, checked by the parent every 0.25 s
+            (bwrap, subprocess; Docker: a tmpfs work dir); more kills the run (``killed_by="disk"``).
     """
 
     timeout_s: float = 10.0
@@ -53,10 +55,11 @@ class SandboxLimits:
     network: bool = False
     max_open_files: int = 256
     tmp_size_mb: int = 64
+    disk_limit_mb: int = 256
 
     def __post_init__(self) -> None:
         for name in ("timeout_s", "cpu_time_s", "memory_limit_mb", "file_size_limit_mb", "max_processes",
-                     "output_limit_bytes", "max_open_files", "tmp_size_mb"):
+                     "output_limit_bytes", "max_open_files", "tmp_size_mb", "disk_limit_mb"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"SandboxLimits.{name} must be > 0, got {getattr(self, name)!r}")
 
@@ -76,7 +79,7 @@ class SandboxResult:
         stderr: standard error, same rules.
         timed_out: the wall-clock limit ran out.
         killed_by: which limit ended the run: ``"memory"``, ``"cpu_time"``, ``"file_size"``, ``"output"``,
-            ``"signal:N"``, or None.
+            ``"disk"``, ``"signal:N"``, or None.
         sandbox_error: why the sandbox itself failed (could not start, bad file path), or None.
         duration_s: wall-clock seconds from start to the end of the process tree.
         files: the collected files, by path relative to the work dir.
@@ -267,15 +270,51 @@ def _read_node(fd: int, rel: str, out: dict[str, bytes]) -> None:
 
 
 # -- running a process tree -------------------------------------------------------------------------------
+class DiskWatch:
+    """Rate-limited check of the space a work dir's files take on the host disk (allocated blocks, no
+    symlinks followed). The work dir is the only host disk a sandboxed run can write to.
+
+    Args:
+        root: the work dir.
+        limit_mb: the limit, in MiB.
+        every_s: the shortest interval between two walks of the tree, in seconds.
+    """
+
+    def __init__(self, root: Path, limit_mb: int, every_s: float = 0.25) -> None:
+        self.root, self.limit_bytes, self.every_s = root, limit_mb * 1024 * 1024, every_s
+        self._next = time.monotonic() + every_s
+
+    def exceeded(self) -> bool:
+        """True when the tree holds more than the limit (walks it at most once per ``every_s``)."""
+        now = time.monotonic()
+        if now < self._next:
+            return False
+        self._next = now + self.every_s
+        return disk_usage_bytes(self.root) > self.limit_bytes
+
+
+def disk_usage_bytes(root: Path) -> int:
+    """Bytes allocated to the regular files under ``root`` (``st_blocks``; sparse files count what they
+    use), symlinks not followed."""
+    total = 0
+    for top, _, names in os.walk(root, followlinks=False):
+        for name in names:
+            try:
+                total += os.lstat(os.path.join(top, name)).st_blocks * 512
+            except OSError:
+                pass
+    return total
+
+
 @dataclasses.dataclass
 class ProcessOutcome:
-    """Raw outcome of :func:`run_process_tree`."""
+    """Raw outcome of :func:`run_process_tree`. ``limit_hit``: ``"output"``, ``"disk"`` or None."""
 
     returncode: int | None
     stdout: bytes
     stderr: bytes
     timed_out: bool
-    output_exceeded: bool
+    limit_hit: str | None
     duration_s: float
     launch_error: str | None = None
 
@@ -289,9 +328,10 @@ def run_process_tree(
     env: Mapping[str, str],
     cwd: Path | None = None,
     user: int | None = None,
+    disk_exceeded: Callable[[], bool] | None = None,
 ) -> ProcessOutcome:
     """Runs ``cmd`` in a new session, capturing capped stdout/stderr, and kills its process group when it
-    exits, times out or writes more than ``output_limit_bytes`` to either stream."""
+    exits, times out, writes more than ``output_limit_bytes`` to either stream, or ``disk_exceeded()``."""
     stdin_file = tempfile.TemporaryFile()  # noqa: SIM115  (closed right after Popen inherits it)
     if stdin is not None:
         stdin_file.write(stdin.encode() if isinstance(stdin, str) else stdin)
@@ -305,25 +345,36 @@ def run_process_tree(
                 user=user, group=user, extra_groups=[] if user is not None else None,
             )
         except (OSError, ValueError) as error:  # E2BIG (argument over 128 KiB), an embedded NUL byte
-            return ProcessOutcome(None, b"", b"", False, False, time.monotonic() - start, f"cannot start: {error}")
+            return ProcessOutcome(None, b"", b"", False, None, time.monotonic() - start, f"cannot start: {error}")
     try:
-        stdout, stderr, timed_out, exceeded = _pump(proc, start + timeout_s, output_limit_bytes)
+        stdout, stderr, timed_out, limit_hit = _pump(proc, start + timeout_s, output_limit_bytes, disk_exceeded)
     finally:
         _kill_group(proc)
-    returncode = None if (timed_out or exceeded) else proc.returncode
-    return ProcessOutcome(returncode, stdout, stderr, timed_out, exceeded, time.monotonic() - start)
+    returncode = None if (timed_out or limit_hit) else proc.returncode
+    return ProcessOutcome(returncode, stdout, stderr, timed_out, limit_hit, time.monotonic() - start)
 
 
-def _pump(proc: subprocess.Popen[bytes], deadline: float, limit: int) -> tuple[bytes, bytes, bool, bool]:
-    buffers = {proc.stdout: bytearray(), proc.stderr: bytearray()}
+def _pump(
+    proc: subprocess.Popen[bytes], deadline: float, limit: int, disk_exceeded: Callable[[], bool] | None
+) -> tuple[bytes, bytes, bool, str | None]:
+    out, err = bytearray(), bytearray()
+    buffers = {proc.stdout: out, proc.stderr: err}
     with selectors.DefaultSelector() as selector:
         for stream in buffers:
             selector.register(stream, selectors.EVENT_READ)  # type: ignore[arg-type]
-        while selector.get_map():
+        while selector.get_map() or proc.poll() is None:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                return bytes(buffers[proc.stdout]), bytes(buffers[proc.stderr]), True, False
-            for key, _ in selector.select(timeout=min(remaining, 0.5)):
+                return bytes(out), bytes(err), True, None
+            if disk_exceeded is not None and disk_exceeded():
+                return bytes(out), bytes(err), False, "disk"
+            if not selector.get_map():  # both streams closed, the process still runs
+                try:
+                    proc.wait(timeout=min(remaining, 0.25))
+                except subprocess.TimeoutExpired:
+                    pass
+                continue
+            for key, _ in selector.select(timeout=min(remaining, 0.25)):
                 chunk = os.read(key.fd, 65536)
                 if not chunk:
                     selector.unregister(key.fileobj)
@@ -332,12 +383,8 @@ def _pump(proc: subprocess.Popen[bytes], deadline: float, limit: int) -> tuple[b
                 buffer.extend(chunk)
                 if len(buffer) > limit:
                     del buffer[limit:]
-                    return bytes(buffers[proc.stdout]), bytes(buffers[proc.stderr]), False, True
-    try:
-        proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        return bytes(buffers[proc.stdout]), bytes(buffers[proc.stderr]), True, False
-    return bytes(buffers[proc.stdout]), bytes(buffers[proc.stderr]), False, False
+                    return bytes(out), bytes(err), False, "output"
+    return bytes(out), bytes(err), False, None
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:

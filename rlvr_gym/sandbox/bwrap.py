@@ -12,6 +12,7 @@ from pathlib import Path
 
 from rlvr_gym.sandbox.base import (
     DEFAULT_LIMITS,
+    DiskWatch,
     SandboxLimits,
     SandboxResult,
     SandboxUnavailableError,
@@ -105,19 +106,20 @@ class BwrapSandbox:
             outcome = run_process_tree(
                 cmd, stdin=stdin, timeout_s=limits.timeout_s, output_limit_bytes=limits.output_limit_bytes,
                 env=_LAUNCHER_ENV, user=host_uid if os.geteuid() == 0 else None,
+                disk_exceeded=DiskWatch(workdir, limits.disk_limit_mb).exceeded,
             )
             stdout = outcome.stdout.decode("utf-8", "replace")
             stderr = outcome.stderr.decode("utf-8", "replace")
             sandbox_error = outcome.launch_error or _launcher_error(outcome.returncode, stderr)
             exit_code, killed_by = classify_exit(outcome.returncode, stderr, signal_offset=True)
-            if outcome.output_exceeded:
-                killed_by = "output"
+            if outcome.limit_hit:
+                killed_by = outcome.limit_hit
             return SandboxResult(
                 exit_code, stdout, stderr, outcome.timed_out, killed_by, sandbox_error, outcome.duration_s,
                 collect_files(workdir, collect) if collect else {},
             )
         finally:
-            if outcome is None or not _ended_cleanly(outcome.returncode, outcome.timed_out, outcome.output_exceeded):
+            if outcome is None or not _ended_cleanly(outcome.returncode, outcome.timed_out, outcome.limit_hit):
                 _sweep(host_uid)
             if not keep:
                 remove_tree(workdir)
@@ -202,10 +204,10 @@ def _host_uid() -> int:
     return os.geteuid()
 
 
-def _ended_cleanly(returncode: int | None, timed_out: bool, output_exceeded: bool) -> bool:
+def _ended_cleanly(returncode: int | None, timed_out: bool, limit_hit: str | None) -> bool:
     """A run whose command exited by itself: the PID namespace is already being torn down by the kernel,
     so the synchronous sweep (one more process start) is skipped."""
-    return returncode is not None and 0 <= returncode < 128 and not timed_out and not output_exceeded
+    return returncode is not None and 0 <= returncode < 128 and not timed_out and limit_hit is None
 
 
 def _sweep(host_uid: int) -> None:

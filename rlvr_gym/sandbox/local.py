@@ -10,6 +10,7 @@ from pathlib import Path
 
 from rlvr_gym.sandbox.base import (
     DEFAULT_LIMITS,
+    DiskWatch,
     SandboxLimits,
     SandboxResult,
     SandboxUnavailableError,
@@ -71,12 +72,13 @@ class SubprocessSandbox:
             outcome = run_process_tree(
                 self._command(argv, limits), stdin=stdin, timeout_s=limits.timeout_s,
                 output_limit_bytes=limits.output_limit_bytes, env=_environment(workdir, env), cwd=workdir,
+                disk_exceeded=DiskWatch(workdir, limits.disk_limit_mb).exceeded,
             )
             stdout = outcome.stdout.decode("utf-8", "replace")
             stderr = outcome.stderr.decode("utf-8", "replace")
             exit_code, killed_by = classify_exit(outcome.returncode, stderr, signal_offset=False)
-            if outcome.output_exceeded:
-                killed_by = "output"
+            if outcome.limit_hit:
+                killed_by = outcome.limit_hit
             files_out = collect_files(workdir, collect) if collect else {}
             return SandboxResult(exit_code, stdout, stderr, outcome.timed_out, killed_by, outcome.launch_error,
                                  outcome.duration_s, files_out)

@@ -11,7 +11,15 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Self
 
-from rlvr_gym.sandbox.base import SandboxLimits, SandboxResult, _kill_group, classify_exit, collect_files, remove_tree
+from rlvr_gym.sandbox.base import (
+    DiskWatch,
+    SandboxLimits,
+    SandboxResult,
+    _kill_group,
+    classify_exit,
+    collect_files,
+    remove_tree,
+)
 
 
 class SandboxSession:
@@ -40,6 +48,8 @@ class SandboxSession:
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115  (closed in close())
         self._buffer = bytearray()
         self._closed = False
+        self._disk = DiskWatch(workdir, limits.disk_limit_mb)
+        self.disk_exceeded = False
         self.on_close: Callable[[], None] | None = None  # the back-end's final clean-up (bwrap: the uid sweep)
         self.proc = subprocess.Popen(
             list(cmd), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, cwd=cwd,
@@ -75,8 +85,14 @@ class SandboxSession:
             selector.register(fd, selectors.EVENT_READ)
             while b"\n" not in self._buffer:
                 remaining = deadline - time.monotonic()
-                if len(self._buffer) > max_bytes or remaining <= 0 or not selector.select(timeout=remaining):
+                if len(self._buffer) > max_bytes or remaining <= 0:
                     return None
+                if not selector.select(timeout=min(remaining, 0.25)):
+                    if self._disk.exceeded():
+                        self.disk_exceeded = True
+                        _kill_group(self.proc)  # type: ignore[arg-type]
+                        return None
+                    continue
                 chunk = os.read(fd, 1 << 20)
                 if not chunk:
                     return None
@@ -112,6 +128,8 @@ class SandboxSession:
         self._stderr.close()
         returncode = None if (timed_out or still_running) else self.proc.returncode
         exit_code, killed_by = classify_exit(returncode, stderr, self.signal_offset)
+        if self.disk_exceeded:
+            exit_code, killed_by = None, "disk"
         try:
             files = collect_files(self.workdir, collect) if collect else {}
         finally:

@@ -189,3 +189,14 @@ def test_network_flag(box) -> None:  # type: ignore[no-untyped-def]
         assert box.run(["python3", "-c", code], limits=allowed).stdout == "connected\n"
     finally:
         server.close()
+
+
+def test_disk_limit_for_runs_and_sessions(box) -> None:  # type: ignore[no-untyped-def]
+    limits = SandboxLimits(timeout_s=20, disk_limit_mb=4, file_size_limit_mb=2)
+    fill = "for i in $(seq 100); do head -c 1000000 /dev/zero > f$i; sleep 0.05; done"
+    result = box.run(["sh", "-c", fill], limits=limits)
+    assert result.killed_by == "disk" and result.exit_code is None and result.duration_s < 10
+    assert result.failure().kind is FailureKind.SANDBOX_ERROR  # type: ignore[union-attr]
+    session = box.spawn(["sh", "-c", fill], limits=limits)
+    assert session.read_line() is None
+    assert session.close().killed_by == "disk"

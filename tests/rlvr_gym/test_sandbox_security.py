@@ -23,7 +23,7 @@ from rlvr_gym.sandbox import bwrap as bwrap_module
 from rlvr_gym.sandbox.bwrap import HOST_UID_BASE
 
 LIMITS = SandboxLimits(timeout_s=2.5, cpu_time_s=1, memory_limit_mb=256, file_size_limit_mb=2, max_processes=32,
-                       output_limit_bytes=8192, tmp_size_mb=8)
+                       output_limit_bytes=8192, tmp_size_mb=8, disk_limit_mb=8)
 SECRET = "rlvr-host-secret-5f1c2e"
 
 
@@ -191,6 +191,8 @@ RESOURCES: list[Attack] = [
      lambda h, r: "No space left" in r.stderr or "File too large" in r.stderr),
     ("fill_dev_shm", lambda h: ["sh", "-c", "for i in 1 2 3 4 5 6; do head -c 2000000 /dev/zero > /dev/shm/f$i; done"],
      lambda h, r: "No space left" in r.stderr or "File too large" in r.stderr),
+    ("fill_host_disk_via_workdir", lambda h: ["sh", "-c", "for i in $(seq 400); do head -c 1000000 /dev/zero > f$i; done"],
+     lambda h, r: r.killed_by == "disk" or r.timed_out),
     ("many_open_files", lambda h: py("fs = [open('/dev/null') for _ in range(100000)]"), lambda h, r: "Too many open files" in r.stderr),
     ("kill_parent_and_everyone", lambda h: py("import os, signal\nos.kill(os.getppid(), 9)\nos.kill(-1, 9)"),
      lambda h, r: True),
