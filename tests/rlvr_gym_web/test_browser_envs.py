@@ -133,3 +133,18 @@ def test_killed_browser_is_env_crash_and_next_reset_relaunches(warm_browser: Bro
         assert play(env, task, task.gold or []).reward == 1.0
     finally:
         env.close()
+
+
+@pytest.mark.parametrize("app", ["settings", "mail"])
+def test_seed_only_tasks_are_generated_and_the_oracle_solves_them(app: str, warm_browser: BrowserHost) -> None:
+    env = rlvr_gym.make(ENV_OF_APP[app])
+    try:
+        for seed in (11, 12):
+            env.reset(options={"task": Task(id=f"gen-{seed}", env_id=ENV_OF_APP[app], options={"seed": seed})})
+            for _ in range(20):
+                result = env.step(env.oracle_action())  # type: ignore[attr-defined]
+                if result.terminated:
+                    break
+            assert result.reward == 1.0, result.info.get("reward_details")
+    finally:
+        env.close()

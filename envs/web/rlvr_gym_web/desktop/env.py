@@ -27,6 +27,7 @@ from rlvr_gym.verifier import RewardResult
 from rlvr_gym_web.actions import Action
 from rlvr_gym_web.base import BrowserEnv, ToolError
 from rlvr_gym_web.desktop import apps
+from rlvr_gym_web.desktop.common import GuiSolver
 
 APPS_DIR = Path(__file__).resolve().parent.parent / "apps"
 
@@ -52,9 +53,12 @@ class DesktopEnv(BrowserEnv):
             raise ValueError(f"unknown app {app!r}; apps: {', '.join(apps.APPS)}")
         super().__init__(**kwargs)
         self.app = app
+        self.data: dict[str, Any] = {}
+        self._oracle: GuiSolver | None = None
 
     def _open(self, task: Any) -> str:
-        if task is None:
+        self._oracle = None
+        if task is None or not task.data:  # no task data: generate a task from the episode seed
             data = apps.generate(self.app, int(self.np_random.integers(0, 2**31 - 1)))
         else:
             data = task.data
@@ -82,6 +86,23 @@ class DesktopEnv(BrowserEnv):
             return None
         state = self.page.evaluate("() => window.app.getState()")
         return apps.verify(self.data, state, action.args.get("text"))
+
+    def oracle_action(self) -> str:
+        """The scripted GUI solver's next action for the current observation (an expert for behaviour
+        cloning). Call it once per turn, from the first turn of the episode on.
+
+        Raises:
+            RuntimeError: before ``reset``.
+        """
+        if not self._started:
+            raise RuntimeError("oracle_action() needs an episode; call reset() first")
+        if self._oracle is None:
+            self._oracle = apps.gui_solver(self.data)
+            next(self._oracle)
+        try:
+            return self._oracle.send(self.last_observation)
+        except StopIteration:
+            return "done()"
 
     def app_state(self) -> dict[str, Any]:
         """The app's current state, as the verifier will see it."""

@@ -1,0 +1,28 @@
+"""The web recipes load, and the oracle expert they name exists on the env."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from rlvr_gym_web.desktop.env import DesktopEnv
+
+RECIPES = Path(__file__).resolve().parents[2] / "agents" / "recipes"
+
+
+def test_web_tree_recipe_loads() -> None:
+    tree_train = pytest.importorskip("rlvr_gym_agents.tree_train")
+    config, tree = tree_train.load_tree_recipe(RECIPES / "web-tree.yaml")
+    assert config.env.env_id == "web/Settings-v0" and config.sft.expert == "oracle"
+    assert tree.global_samples == 2
+
+
+def test_gpu_web_recipe_loads() -> None:
+    config_module = pytest.importorskip("rlvr_gym_agents.config")
+    config = config_module.load_config(RECIPES / "qwen2.5-0.5b-web.yaml")
+    assert config.env.env_id == "web/Mail-v0" and config.env.test_suite == "web/mail"
+
+
+def test_oracle_needs_an_episode() -> None:
+    with pytest.raises(RuntimeError, match="reset"):
+        DesktopEnv(app="settings").oracle_action()
