@@ -324,10 +324,18 @@ _VALIDATORS: dict[str, Any] = {}
 
 
 def _validator(tool: Tool) -> Any:
+    """The (cached) JSON-schema validator of a tool's parameters.
+
+    Raises:
+        ValueError: when the schema itself is invalid, naming the tool (an env bug, raised at reset).
+    """
     key = json.dumps(tool.parameters, sort_keys=True)
     if key not in _VALIDATORS:
         cls = jsonschema.validators.validator_for(tool.parameters, default=jsonschema.Draft202012Validator)
-        cls.check_schema(tool.parameters)
+        try:
+            cls.check_schema(tool.parameters)
+        except jsonschema.SchemaError as error:
+            raise ValueError(f"tool {tool.name!r} declares an invalid JSON schema: {error.message}") from None
         _VALIDATORS[key] = cls(tool.parameters)
     return _VALIDATORS[key]
 
@@ -420,6 +428,8 @@ class ToolEnv(Env):
     def _reset(self, task: Any) -> tuple[str, dict[str, Any]]:
         prompt, tools, info = self._start(task)
         self.tools = {tool.name: tool for tool in tools}
+        for tool in tools:
+            _validator(tool)  # an invalid schema is the env's bug: fail at reset, not at the agent's first call
         self.num_tool_calls = 0
         if self.describe_tools_in_prompt and tools:
             prompt = f"{prompt}\n\n{describe_tools(tools)}"

@@ -249,3 +249,12 @@ def test_env_accepts_tag_tools_for_single_string_argument_tools() -> None:
 
     echo = Tool("echo", "Echoes.", {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]})
     assert _tag_arguments([ADD, echo]) == {"echo": "text"}  # add has two integer arguments
+
+
+def test_invalid_tool_schema_fails_at_reset() -> None:
+    class BadEnv(AdderEnv):
+        def _start(self, task: Any) -> tuple[str, list[Tool], dict[str, Any]]:
+            return "x", [Tool("bad", "Bad.", {"type": "object", "properties": {"a": {"type": "integr"}}})], {}
+
+    with pytest.raises(ValueError, match="tool 'bad' declares an invalid JSON schema"):
+        BadEnv().reset(seed=0)
