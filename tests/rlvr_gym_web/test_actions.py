@@ -58,3 +58,22 @@ def test_malformed_actions_say_what_is_wrong(text: str, message: str) -> None:
 def test_api_calls_need_tools() -> None:
     with pytest.raises(ActionParseError, match="no API tools"):
         parse_action("api.delete_file('/a')", None)
+
+
+@pytest.mark.parametrize(
+    ("url", "allowed"),
+    [
+        ("file:///site/a.html", True),
+        ("file:///site/sub/b.html?x=1", True),
+        ("file:///site/../etc/passwd", False),
+        ("file:///site/%2e%2e/etc/passwd", False),
+        ("file:///sitex/a.html", False),
+        ("https://example.com/", False),
+        ("javascript:alert(1)", False),
+        ("file:///site", True),
+    ],
+)
+def test_url_allowed_normalises_the_path(url: str, allowed: bool) -> None:
+    from rlvr_gym_web.actions import url_allowed
+
+    assert url_allowed(url, ["file:///site/"]) is allowed

@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import posixpath
 import re
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -107,6 +109,19 @@ def parse_action(text: str, tools: Mapping[str, Sequence[str]] | None = None) ->
     if not is_api:
         _check_browser_types(name, args)
     return Action(name, args, is_api)
+
+
+def url_allowed(url: str, allowed_prefixes: Sequence[str]) -> bool:
+    """Whether ``url``, with its path normalised (``..`` and ``%2e`` resolved), starts with one of the
+    allowed prefixes. ``file:///site/../../etc/passwd`` is not under ``file:///site/``."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("file", "http", "https"):
+        return False
+    path = posixpath.normpath(urllib.parse.unquote(parts.path) or "/")
+    if parts.path.endswith("/") and not path.endswith("/"):
+        path += "/"
+    normalised = urllib.parse.urlunsplit((parts.scheme, parts.netloc, urllib.parse.quote(path), parts.query, ""))
+    return any(normalised.startswith(prefix) or normalised + "/" == prefix for prefix in allowed_prefixes)
 
 
 def _callee(func: ast.expr, tools: Mapping[str, Sequence[str]] | None) -> tuple[str, bool]:

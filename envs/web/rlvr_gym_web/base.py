@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 from rlvr_gym.core import Env, StepResult
 from rlvr_gym.failures import Failure, FailureKind
 from rlvr_gym.verifier import RewardResult
-from rlvr_gym_web.actions import Action, ActionParseError, parse_action
+from rlvr_gym_web.actions import Action, ActionParseError, parse_action, url_allowed
 from rlvr_gym_web.browser import BrowserHost, acquire_browser, release_browser
 
 FIXED_TIME = "2024-03-15T10:00:00Z"
@@ -207,7 +207,7 @@ class BrowserEnv(Env):
 
     def _goto(self, url: str) -> None:
         allowed = self._allowed_origins()
-        if not any(url.startswith(origin) for origin in allowed):
+        if not url_allowed(url, allowed):
             raise InvalidActionError(f"goto({url!r}) is outside the allowed sites: {', '.join(allowed) or 'none'}")
         self.page.goto(url)
 
