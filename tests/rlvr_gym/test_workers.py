@@ -137,3 +137,18 @@ def test_closed_envs_are_parked_and_reused(pool: EnvPool) -> None:
     assert again.step("say apple").reward == 1.0
     again.close()
     other_args.close()
+
+
+def test_envs_made_and_stepped_from_threads(pool: EnvPool) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    def run(task: rlvr_gym.Task) -> float:
+        env = pool.make(task.env_id)
+        env.reset(options={"task": task})
+        reward = env.step(f"say {task.data['target']}").reward
+        env.close()
+        return reward
+
+    with ThreadPoolExecutor(4) as executor:
+        assert list(executor.map(run, echo_tasks(8))) == [1.0] * 8
+    assert pool._load == [0, 0]  # every lease was given back

@@ -100,6 +100,7 @@ def run_leak_test(num_episodes: int, kill_every: int) -> None:
         assert results[-1].reward == 1.0
         env.close()
     assert crashes == killed > 0
+    print(f"{num_episodes} episodes, {killed} worker kills; browser RSS (MiB) every 5 episodes: {memory}")
     assert max(memory) < 2 * memory[0] + 300, memory  # bounded: no growth with the number of episodes
     deadline = time.monotonic() + 10
     while orphans() and time.monotonic() < deadline:
