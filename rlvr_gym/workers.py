@@ -338,7 +338,10 @@ class RemoteEnv(Env):
         self._closed = False
         if attach is None:  # a new env on the least loaded worker
             self._slot = pool.lease_slot()
-            self._create()
+            try:
+                self._create()
+            except WorkerLost:
+                self._handle = None  # the worker died while building it: reset() builds it on a fresh one
         else:  # an env already built in a worker (a fork)
             self._slot, self._actor, self._handle = attach
             pool.lease_slot(self._slot)
