@@ -24,6 +24,11 @@ def test_extract_prefers_the_last_verilog_fence() -> None:
     assert extract_code(f"Here is the module you asked for:\n{GOOD.strip()} hope it helps") == GOOD
     assert extract_code(f"`timescale 1ns/1ps\n{GOOD}") == f"`timescale 1ns/1ps\n{GOOD}"
     assert extract_code("no code here") is None
+    flat = GOOD.replace("\n", " ")
+    assert extract_code(f"``` verilog {flat} ```") == flat.strip() + "\n"  # word-level decoding
+    assert extract_code(f"```verilog\n{GOOD}") == GOOD  # unclosed (truncated) block
+    assert extract_code(f"```{flat}```") == flat.strip() + "\n"
+    assert extract_code(f"so: {flat}") == flat.strip() + "\n"
 
 
 def test_harness_names_and_reference_ports(names, counter: RtlProblem) -> None:  # type: ignore[no-untyped-def]

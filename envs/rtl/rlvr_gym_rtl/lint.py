@@ -96,8 +96,9 @@ _LIMIT_ERRORS = {
     "MaxGenerateStepsExceeded", "MaxInstanceArrayExceeded", "MaxInstanceDepthExceeded", "ValueExceedsMaxBitWidth",
 }
 _INCREMENT_OPS = {"Preincrement", "Predecrement", "Postincrement", "Postdecrement"}
-_FENCE = re.compile(r"```[ \t]*([A-Za-z]*)[^\n]*\n(.*?)```", re.DOTALL)
+_FENCE = re.compile(r"```[ \t]*([A-Za-z]*)(.*?)(?:```|\Z)", re.DOTALL)
 _RAW_START = re.compile(r"^[ \t]*(?:module\s+[A-Za-z_]|package\s|`[a-z_]+)", re.MULTILINE)
+_RAW_START_ANYWHERE = re.compile(r"\bmodule\s+[A-Za-z_]")
 _VERILOG_TAGS = {"", "verilog", "systemverilog", "sv", "v", "vlog"}
 
 
@@ -135,13 +136,21 @@ def extract_code(action: str) -> str | None:
     """Returns the Verilog design in an agent's action, or None when there is none.
 
     The last fenced block tagged ``verilog``/``systemverilog``/``sv``/``v`` (or untagged) that contains
-    ``module`` wins; without fences, the text from the first line that starts a design (``module``,
-    ``package``, a compiler directive) to the last ``endmodule``.
+    ``module`` wins; the tag may be spaced from the fence and the code may follow it on the same line, and a
+    block left open runs to the end of the text (word-level tokenizers and truncated generations produce
+    both). Without fences: the text from the first line that starts a design (``module``, ``package``, a
+    compiler directive), or else from the first ``module <name>``, to the last ``endmodule``.
     """
-    blocks = [body for tag, body in _FENCE.findall(action) if tag.lower() in _VERILOG_TAGS and "module" in body]
+    blocks = []
+    for tag, body in _FENCE.findall(action):
+        if tag.lower() == "module":  # an untagged block whose code starts on the fence's line
+            tag, body = "", "module" + body
+        if tag.lower() in _VERILOG_TAGS and "module" in body:
+            blocks.append(body)
     if blocks:
         return blocks[-1].strip() + "\n"
-    start, end = _RAW_START.search(action), action.rfind("endmodule")
+    start = _RAW_START.search(action) or _RAW_START_ANYWHERE.search(action)
+    end = action.rfind("endmodule")
     if start is None or end < start.start():
         return None
     return action[start.start(): end + len("endmodule")] + "\n"
