@@ -189,3 +189,15 @@ def test_ground_truth_strings_are_parsed_not_evaluated() -> None:
     assert parse_ground_truth_call("sort('a.txt')", instances) == ToolCall("sort", {"file_name": "a.txt"})
     with pytest.raises(ValueError):
         parse_ground_truth_call("sort(file_name=__import__('os').getcwd())", instances)
+
+
+def test_forks_share_the_read_only_wheel_entry() -> None:
+    for env_id, suite in (
+        ("tools/BFCL-v0", "tools/bfcl_simple_python"),
+        ("tools/BFCLMultiTurn-v0", "tools/bfcl_multi_turn_base"),
+    ):
+        env = rlvr_gym.make(env_id)
+        env.reset(options={"task": load_suite(suite)[0]})
+        child = env.fork()
+        entry = "entry" if env_id == "tools/BFCL-v0" else "data"
+        assert getattr(child, entry) is getattr(env, entry)

@@ -168,6 +168,11 @@ class BFCLMultiTurnEnv(ToolEnv):
         prompt = render_messages(self.data["question"][0]) or "(no new message)"
         return prompt, turn_tools(self.data, 0), {"category": self.data["category"], "user_turn": 0}
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> BFCLMultiTurnEnv:
+        if hasattr(self, "data"):
+            memo[id(self.data)] = self.data  # the wheel entry is cached and read-only: forks share it
+        return super().__deepcopy__(memo)  # type: ignore[return-value]
+
     def _run_tool(self, call: ToolCall) -> tuple[str, Failure | None]:
         self.turn_calls += 1
         result = execute(self.model_instances, call)

@@ -67,6 +67,11 @@ class BFCLEnv(ToolEnv):
         prompt = render_messages(self.entry["question"][0])
         return prompt, declared_tools(self.entry["function"]), {"category": self.entry["category"]}
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> BFCLEnv:
+        if hasattr(self, "entry"):
+            memo[id(self.entry)] = self.entry  # the wheel entry is cached and read-only: forks share it
+        return super().__deepcopy__(memo)  # type: ignore[return-value]
+
     def _verify_answer(self, answer: str) -> RewardResult:
         return score_submission(self.entry, [])
 
