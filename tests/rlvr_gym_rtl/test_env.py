@@ -11,7 +11,8 @@ from rlvr_gym import FailureKind
 from rlvr_gym.tasks import load_suite
 from rlvr_gym.testing import check_env
 
-ENV_IDS = ["rtl/VerilogEval-v0", "rtl/VerilogEval-Refine-v0", "rtl/Generated-v0", "rtl/Generated-Refine-v0"]
+ENV_IDS = ["rtl/VerilogEval-v0", "rtl/VerilogEval-Refine-v0", "rtl/Generated-v0", "rtl/Generated-Refine-v0",
+           "rtl/GeneratedEasy-Refine-v0"]
 
 
 @pytest.mark.parametrize("env_id", ENV_IDS)
@@ -104,3 +105,21 @@ def test_synthesis_requirement_uses_yosys(judge: object) -> None:
     _, reward, _, _, info = env.step(unsynthesisable)
     assert reward == 0.0 and info["reward_details"]["components"] == {
         "lint": 1.0, "compiled": 1.0, "sim_completed": 1.0, "match_fraction": 1.0, "pass": 0.0, "synthesizable": 0.0}
+
+
+def test_easy_variant_draws_only_its_kinds_and_gives_partial_credit(judge: object) -> None:
+    env = rlvr_gym.make("rtl/GeneratedEasy-Refine-v0")
+    kinds = {env.reset(seed=seed)[1]["problem"].split("_")[1] for seed in range(12)}
+    assert kinds <= {"adder", "comparator", "decoder", "mux", "reduce"} and len(kinds) >= 3
+    with pytest.raises(ValueError, match="kinds"):
+        rlvr_gym.make("rtl/Generated-v0", kinds=["alu"])
+    task = next(t for t in load_suite("rtl/generated-easy-dev") if t.data["kind"] == "adder")
+    near_miss = task.gold[0].replace("assign {cout, sum} =", "assign cout = 1'b0;\n  assign sum =")
+    env.reset(options={"task": task})
+    _, reward, terminated, _, info = env.step(near_miss)
+    assert not terminated and reward == 0.0  # intermediate submissions earn nothing yet
+    # cout is wrong only on carries (about half the random samples): 0.5 x match fraction, well above 0
+    assert 0.1 < info["attempt"]["value"] < 0.4
+    for _ in range(2):
+        _, reward, terminated, _, info = env.step(near_miss)
+    assert terminated and reward == info["attempt"]["value"] == info["reward_details"]["value"] > 0.1

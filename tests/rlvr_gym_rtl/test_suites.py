@@ -17,7 +17,7 @@ import rlvr_gym
 from rlvr_gym.tasks import Task, load_suite, tasks_dir
 
 SUITES = ["verilogeval", "verilogeval-refine", "generated-train", "generated-dev", "generated-test",
-          "generated-refine-dev"]
+          "generated-refine-dev", "generated-easy-dev"]
 
 
 def _problem(task: Task) -> RtlProblem:

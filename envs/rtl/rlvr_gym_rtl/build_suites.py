@@ -7,8 +7,9 @@
   (``rtl/VerilogEval-Refine-v0``): one task per problem whose reference passes here; gold is the reference
   renamed to ``TopModule``; wrong is the first mutation (:func:`rlvr_gym_rtl.verilog_eval.mutations`) the
   judge fails, else the reference with an inverted output;
-* ``generated-{train,dev,test}.jsonl`` (``rtl/Generated-v0``) and ``generated-refine-dev.jsonl``
-  (``rtl/Generated-Refine-v0``): generated problems on disjoint seed ranges, kinds in rotation.
+* ``generated-{train,dev,test}.jsonl`` (``rtl/Generated-v0``), ``generated-refine-dev.jsonl``
+  (``rtl/Generated-Refine-v0``) and ``generated-easy-dev.jsonl`` (``rtl/GeneratedEasy-Refine-v0``):
+  generated problems on disjoint seed ranges, kinds in rotation.
 
 Every gold is checked to pass and every wrong to fail with the real judge before it is written.
 """
@@ -22,7 +23,7 @@ import shutil
 from pathlib import Path
 
 from rlvr_gym.tasks import Task, TaskSuite, tasks_dir
-from rlvr_gym_rtl.generated import KINDS, generate_problem
+from rlvr_gym_rtl.generated import EASY_KINDS, KINDS, generate_problem
 from rlvr_gym_rtl.judge import ReferenceFailedError, RtlJudge
 from rlvr_gym_rtl.problem import RtlProblem, gold_action
 from rlvr_gym_rtl.verilog_eval import (
@@ -38,6 +39,7 @@ VERILOG_EVAL_SOURCE = "https://github.com/NVlabs/verilog-eval (v2, dataset_spec-
 REFINE_TURNS = 3
 GENERATED_SPLITS = {"train": (0, 300), "dev": (1_000_000, 40), "test": (2_000_000, 40)}
 """split -> (first seed, number of problems); seed ranges are disjoint."""
+EASY_DEV_FIRST_SEED, EASY_DEV_COUNT = 4_000_000, 40
 
 
 def wrong_design(judge: RtlJudge, problem: RtlProblem) -> tuple[str, str]:
@@ -127,6 +129,20 @@ def generated_suites(judge: RtlJudge, root: Path) -> None:
         _save(TaskSuite(f"generated-{split}", tasks), root)
         if split == "dev":
             _save(TaskSuite("generated-refine-dev", refine), root)
+    generated_easy_suite(judge, root)
+
+
+def generated_easy_suite(judge: RtlJudge, root: Path) -> None:
+    """Writes ``generated-easy-dev.jsonl`` (``rtl/GeneratedEasy-Refine-v0``)."""
+    easy = []
+    for i in range(EASY_DEV_COUNT):
+        seed, kind = EASY_DEV_FIRST_SEED + i, EASY_KINDS[i % len(EASY_KINDS)]
+        gold, wrong, label = gold_and_wrong(judge, generate_problem(seed, kind))
+        easy.append(Task(id=f"gen-easy-dev-{i:04d}", env_id="rtl/GeneratedEasy-Refine-v0",
+                         data={"generator_seed": seed, "kind": kind, "name": f"gen_{kind}_{seed}"}, gold=[gold],
+                         wrong=[wrong] * REFINE_TURNS, split="dev",
+                         metadata={"source": "generated", "kind": kind, "wrong": label}))
+    _save(TaskSuite("generated-easy-dev", easy), root)
 
 
 def _save(suite: TaskSuite, root: Path) -> None:

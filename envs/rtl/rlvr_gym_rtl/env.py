@@ -25,11 +25,13 @@ Known iverilog 11 failures (excluded from the shipped suites): see
 :data:`rlvr_gym_rtl.verilog_eval.IVERILOG11_LIMITS` (bundled: ``Prob151_review2015_fsm``).
 
 Version History:
-    v0: first version (VerilogEval-v0, VerilogEval-Refine-v0, Generated-v0, Generated-Refine-v0).
+    v0: first version (VerilogEval-v0, VerilogEval-Refine-v0, Generated-v0, Generated-Refine-v0,
+    GeneratedEasy-Refine-v0).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from rlvr_gym.core import Env, StepResult
@@ -42,7 +44,7 @@ from rlvr_gym_rtl.verdict import RewardConfig
 from rlvr_gym_rtl.verilog_eval import BUNDLED_DIR, IVERILOG11_LIMITS, load_problem, problem_names, resolve_problem_dir
 
 TASKLESS_MIN_SEED = 10_000_000
-"""Task-less generated problems use seeds from here up, disjoint from the shipped suites' (< 3,000,000)."""
+"""Task-less generated problems use seeds from here up, disjoint from the shipped suites' (< 5,000,000)."""
 ANSWER_FORMAT = ("Answer with the complete design (module TopModule with exactly these ports, plus any helper "
                  "modules it needs) in one ```verilog code block. Do not print ($display) or stop the "
                  "simulation; no testbench is needed.")
@@ -55,6 +57,8 @@ class VerilogEnv(Env):
         max_turns: submissions allowed per episode (1 = single-turn).
         source: where task-less resets draw problems: ``"verilog-eval"`` or ``"generated"``.
         problems_dir: a VerilogEval-layout directory for task-less resets (default: the bundled 104).
+        kinds: generated problem kinds task-less resets draw from (default: all of
+            :data:`rlvr_gym_rtl.generated.KINDS`).
         partial_credit: reward a failing but simulated design with a scaled fraction of matching samples.
         require_synthesis: a pass also needs yosys to synthesise the design.
         timeout_s: wall-clock limit of one compile+simulate run, in seconds.
@@ -72,6 +76,7 @@ class VerilogEnv(Env):
         render_mode: str | None = None,
         source: str = "verilog-eval",
         problems_dir: str | None = None,
+        kinds: Sequence[str] | None = None,
         partial_credit: bool = False,
         require_synthesis: bool = False,
         timeout_s: float = 30.0,
@@ -81,6 +86,10 @@ class VerilogEnv(Env):
         if source not in ("verilog-eval", "generated"):
             raise ValueError(f"source must be 'verilog-eval' or 'generated', got {source!r}")
         self.source = source
+        unknown = sorted(set(kinds or ()) - set(KINDS))
+        if unknown or (kinds is not None and not kinds):
+            raise ValueError(f"kinds must be a non-empty subset of {sorted(KINDS)}, got {kinds!r}")
+        self.kinds = sorted(kinds) if kinds is not None else None
         self.problems_dir = problems_dir
         config = RewardConfig(partial_credit=partial_credit, require_synthesis=require_synthesis)
         self.judge = RtlJudge(config, timeout_s=timeout_s, sandbox=sandbox)
@@ -136,6 +145,8 @@ class VerilogEnv(Env):
             kind = options.get("kind")
             if kind is not None and kind not in KINDS:
                 raise ProblemError(f"unknown generated problem kind {kind!r}; choose one of {', '.join(KINDS)}")
+            if kind is None and self.kinds is not None:
+                kind = self.kinds[int(self.np_random.integers(len(self.kinds)))]
             return generate_problem(int(self.np_random.integers(TASKLESS_MIN_SEED, 2**31 - 1)), kind)
         directory = resolve_problem_dir(self.problems_dir or BUNDLED_DIR)
         names = [n for n in problem_names(directory) if n not in IVERILOG11_LIMITS]

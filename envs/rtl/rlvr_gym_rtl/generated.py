@@ -173,6 +173,8 @@ KINDS: dict[str, Callable[[np.random.Generator], Design]] = {
     "priority": _priority, "counter": _counter, "shift": _shift, "edge": _edge, "seqdet": _seqdet,
 }
 """Problem kinds, by name."""
+EASY_KINDS = ("adder", "comparator", "decoder", "mux", "reduce")
+"""Combinational kinds whose references are one or two lines (for small policies)."""
 
 
 def generate_problem(seed: int, kind: str | None = None) -> RtlProblem:
