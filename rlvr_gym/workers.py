@@ -336,6 +336,7 @@ class RemoteEnv(Env):
         self._handle: int | None = None
         self._crash: Failure | None = None
         self._closed = False
+        self.worker_pid, self.reused_parked_env = -1, False
         if attach is None:  # a new env on the least loaded worker
             self._slot = pool.lease_slot()
             try:
@@ -412,7 +413,7 @@ class RemoteEnv(Env):
         clone.max_turns, clone.supports_fork = self.max_turns, self.supports_fork  # type: ignore[misc]
         clone.turn, clone.task, clone.action_history = self.turn, self.task, list(self.action_history)
         clone._reset_args, clone._done, clone._started = self._reset_args, self._done, self._started
-        clone.last_observation = self.last_observation
+        clone.last_observation, clone.worker_pid = self.last_observation, self.worker_pid
 
     def spawn(self) -> Env:
         """A new proxy for the same env id and arguments, from the same pool."""
