@@ -350,10 +350,14 @@ def describe_tools(tools: Sequence[Tool]) -> str:
     lines = ["Tools:"]
     for tool in tools:
         props = tool.parameters.get("properties", {})
-        args = ", ".join(f"{k}: {v.get('type', 'any')}" for k, v in props.items())
+        args = ", ".join(f"{k}: {_type_name(v.get('type', 'any'))}" for k, v in props.items())
         lines.append(f"- {tool.name}({args}): {tool.description}")
     lines.append(f"To act, {_FORMAT_HELP}.")
     return "\n".join(lines)
+
+
+def _type_name(schema_type: Any) -> str:
+    return " | ".join(map(str, schema_type)) if isinstance(schema_type, list) else str(schema_type)
 
 
 class ToolEnv(Env):

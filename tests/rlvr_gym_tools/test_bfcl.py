@@ -201,3 +201,9 @@ def test_forks_share_the_read_only_wheel_entry() -> None:
         child = env.fork()
         entry = "entry" if env_id == "tools/BFCL-v0" else "data"
         assert getattr(child, entry) is getattr(env, entry)
+
+
+def test_null_defaults_make_parameters_nullable() -> None:
+    schema = to_json_schema({"type": "integer", "enum": [1, 2], "default": None})
+    assert schema["type"] == ["integer", "null"] and schema["enum"] == [1, 2, None]
+    assert to_json_schema({"type": "string", "default": "x"})["type"] == "string"

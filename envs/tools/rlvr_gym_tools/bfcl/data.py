@@ -109,15 +109,19 @@ def class_function_docs(class_name: str) -> tuple[dict[str, Any], ...]:
 
 def to_json_schema(parameters: dict[str, Any]) -> dict[str, Any]:
     """Converts a BFCL parameter doc to JSON schema: ``dict`` -> ``object``, ``float`` -> ``number``,
-    ``tuple`` -> ``array``, ``any`` -> no type constraint; ``properties``, ``items`` and ``required`` are kept,
-    as are ``description``, ``enum`` and ``default``."""
+    ``tuple`` -> ``array``, ``any`` -> no type constraint, a null ``default`` adds ``"null"`` to the type;
+    ``properties``, ``items`` and ``required`` are kept, as are ``description``, ``enum`` and ``default``."""
     schema: dict[str, Any] = {}
     bfcl_type = str(parameters.get("type", "any"))
     if bfcl_type.lower() in _TYPE_MAP:
         schema["type"] = _TYPE_MAP[bfcl_type.lower()]
+        if "default" in parameters and parameters["default"] is None:  # live docs: a null default = nullable
+            schema["type"] = [schema["type"], "null"]
     for key in ("description", "enum", "default"):
         if key in parameters:
             schema[key] = parameters[key]
+    if isinstance(schema.get("enum"), list) and "default" in parameters and parameters["default"] is None:
+        schema["enum"] = [*schema["enum"], None]
     if isinstance(parameters.get("properties"), dict):
         schema["properties"] = {k: to_json_schema(v) for k, v in parameters["properties"].items()}
     if isinstance(parameters.get("items"), dict):
