@@ -45,7 +45,7 @@ class ChatFormat:
         if eot is None:
             raise ValueError("no end-of-turn token: the tokenizer has no eos_token; pass end_of_turn_token=")
         self.end_of_turn_token = eot
-        self.end_of_turn_id = int(tokenizer.convert_tokens_to_ids(eot))
+        self.end_of_turn_id: int = tokenizer.convert_tokens_to_ids(eot)  # type: ignore[assignment]
         self._delta_prefix, self._delta_suffix = self._probe_delta()
 
     def _messages(self, first_observation: str) -> list[dict[str, str]]:

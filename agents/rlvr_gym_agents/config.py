@@ -261,7 +261,7 @@ def _build(cls: type, raw: dict[str, Any], prefix: str) -> Any:
 
 def _coerce(hint: Any, value: Any, name: str) -> Any:
     if dataclasses.is_dataclass(hint):
-        return _build(hint, value, name + ".")
+        return _build(typing.cast(type, hint), value, name + ".")
     args = typing.get_args(hint)
     if value is None and type(None) in args:
         return None

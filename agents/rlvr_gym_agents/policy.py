@@ -24,7 +24,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 import torch.nn.functional as F
-from transformers import AutoConfig, AutoModelForCausalLM, DynamicCache, PreTrainedTokenizerBase
+from transformers import AutoConfig, AutoModelForCausalLM, DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,7 +138,7 @@ class TransformersPolicy:
         seed: seeds the sampling generator.
     """
 
-    def __init__(self, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase,
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
                  stop_token_ids: Sequence[int] | None = None, max_context_tokens: int | None = None,
                  seed: int = 0) -> None:
         self.model, self.tokenizer = model, tokenizer
@@ -316,7 +316,7 @@ def load_tokenizer(path_or_id: str) -> PreTrainedTokenizerBase:
 
 
 def load_model_and_tokenizer(path_or_id: str, device: str = "cpu",
-                             dtype: str = "float32") -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
+                             dtype: str = "float32") -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Loads ``AutoModelForCausalLM`` and its tokenizer by hub id or local directory.
 
     Args:
@@ -334,4 +334,4 @@ def load_model_and_tokenizer(path_or_id: str, device: str = "cpu",
         AutoConfig.from_pretrained(str(folder))
     tokenizer = load_tokenizer(path_or_id)
     model = AutoModelForCausalLM.from_pretrained(path_or_id, dtype=getattr(torch, dtype))
-    return model.to(device), tokenizer
+    return model.to(device), tokenizer  # type: ignore[arg-type]

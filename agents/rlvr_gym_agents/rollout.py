@@ -111,7 +111,7 @@ class _Episode:
 
 
 def run_episodes(policy: Policy, chat: ChatFormat, tasks: Sequence[Task], sampling: SamplingParams, *,
-                 reuse_kv_cache: bool = True, env_factory: Callable[[str], Env] = rlvr_gym.make,
+                 reuse_kv_cache: bool = True, env_factory: Callable[..., Env] = rlvr_gym.make,
                  max_turns: int | None = None, on_turn: Callable[[int], None] | None = None) -> list[Trajectory]:
     """Runs one episode per task, all envs stepping in lock-step, and returns their trajectories.
 
@@ -154,7 +154,7 @@ def run_episodes(policy: Policy, chat: ChatFormat, tasks: Sequence[Task], sampli
     return [e.trajectory for e in episodes]
 
 
-def _start_episode(task: Task, chat: ChatFormat, env_factory: Callable[[str], Env],
+def _start_episode(task: Task, chat: ChatFormat, env_factory: Callable[..., Env],
                    max_turns: int | None) -> _Episode:
     trajectory = Trajectory(task_id=task.id, env_id=task.env_id)
     try:

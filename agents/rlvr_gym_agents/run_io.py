@@ -101,7 +101,7 @@ def load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.O
     weights = load_file(str(path / "model.safetensors"))
     model.load_state_dict(weights, strict=False)
     if getattr(model.config, "tie_word_embeddings", False):
-        model.tie_weights()
+        model.tie_weights()  # type: ignore[operator]
     state = torch.load(state_file, weights_only=False)
     optimizer.load_state_dict(state["optimizer"])
     set_rng_state(state["rng"], generator)

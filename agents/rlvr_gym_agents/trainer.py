@@ -61,7 +61,7 @@ def train(config: TrainConfig) -> dict[str, Any]:
                                   weight_decay=config.train.weight_decay)
     rollout_policy = build_rollout_policy(config, policy, config.model.path_or_id or str(run_dir / "tiny_init"))
     checkpoint_dir = run_dir / "checkpoint"
-    start_step, state = 0, {}
+    start_step, state = 0, dict[str, Any]()
     if config.train.resume and (checkpoint_dir / "trainer_state.pt").is_file():
         start_step, state = load_checkpoint(checkpoint_dir, model, optimizer, policy.generator)
         console.note(f"resumed from {checkpoint_dir} at RL step {start_step}")
@@ -220,7 +220,7 @@ def _reference_model(model: torch.nn.Module, sft_dir: Path) -> torch.nn.Module:
     ref = copy.deepcopy(model)
     ref.load_state_dict(load_file(str(sft_dir / "model.safetensors")), strict=False)
     if getattr(ref.config, "tie_word_embeddings", False):
-        ref.tie_weights()
+        ref.tie_weights()  # type: ignore[operator]
     return ref.eval().requires_grad_(False)
 
 
