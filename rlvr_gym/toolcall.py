@@ -56,6 +56,7 @@ _ANSWER_OPEN_RE = re.compile(r"<\s*answer\s*>")
 _MCP_RE = re.compile(
     r"<\s*tool_name\s*>(.*?)<\s*/\s*tool_name\s*>\s*(?:<\s*arguments\s*>(.*?)<\s*/\s*arguments\s*>)?", re.DOTALL
 )
+_CALL_LIKE_RE = re.compile(r"\s*(?:```[a-zA-Z]*\s*)?\[?\s*[A-Za-z_][\w.]*\s*\(")
 _FENCE_RE = re.compile(r"^```[a-zA-Z]*\n?(.*?)\n?```$", re.DOTALL)
 _FORMAT_HELP = (
     'call a tool with <tool_call>{"name": "tool", "arguments": {...}}</tool_call> or tool(arg=value), '
@@ -114,8 +115,12 @@ class _ParseError(Exception):
     pass
 
 
-def _error(message: str) -> ParsedAction:
-    return ParsedAction("error", failure=Failure(FailureKind.PARSE_ERROR, message))
+class _NoCallFound(_ParseError):
+    """Plain text: no call syntax and no answer tags at all."""
+
+
+def _error(message: str, details: dict[str, Any] | None = None) -> ParsedAction:
+    return ParsedAction("error", failure=Failure(FailureKind.PARSE_ERROR, message, details or {}))
 
 
 def parse_action(
@@ -131,10 +136,13 @@ def parse_action(
 
     Returns:
         A :class:`ParsedAction`. An action with both tool calls and an answer is a parse error, as is an action
-        with more than one ``<answer>``.
+        with more than one ``<answer>``. Plain text (no call syntax, no answer tags) is a parse error whose
+        ``details`` has ``plain_text: True``.
     """
     try:
         return _parse(str(text), tuple(formats), dict(tag_tools or {}) if "tags" in formats else {})
+    except _NoCallFound as error:
+        return _error(str(error), {"plain_text": True})
     except _ParseError as error:
         return _error(str(error))
     except (RecursionError, MemoryError, ValueError, TypeError) as error:  # pathological input
@@ -163,7 +171,9 @@ def _parse(text: str, formats: tuple[str, ...], tag_tools: dict[str, str]) -> Pa
         calls = _python_calls(text)
         if calls:
             return ParsedAction("calls", calls=tuple(calls))
-    raise _ParseError(f"no tool call or answer found; {_FORMAT_HELP}")
+        if _CALL_LIKE_RE.match(text):
+            raise _ParseError(f"{text.strip()[:60]!r} starts like a call but is not one; write tool(arg=value, ...)")
+    raise _NoCallFound(f"no tool call or answer found; {_FORMAT_HELP}")
 
 
 def _tag_calls(text: str, tag_tools: dict[str, str]) -> list[ToolCall]:
@@ -379,6 +389,9 @@ class ToolEnv(Env):
     """
 
     max_tool_calls: int = 10
+    plain_text_is_answer: bool = False
+    """Treat an action with no call syntax and no ``<answer>`` tags as the final answer (a chat reply), as
+    BFCL does, instead of a parse error."""
 
     def __init__(
         self,
@@ -443,6 +456,8 @@ class ToolEnv(Env):
         parsed = parse_action(action, self.action_formats, _tag_arguments(self.tools.values()))
         if parsed.kind == "error":
             assert parsed.failure is not None
+            if self.plain_text_is_answer and parsed.failure.details.get("plain_text"):
+                return self._handle_answer(action.strip())
             obs = f"Invalid action: {parsed.failure.message}."
             return StepResult(obs, 0.0, False, False, _info(1, 1, parsed.failure))
         if parsed.kind == "answer":

@@ -258,3 +258,15 @@ def test_invalid_tool_schema_fails_at_reset() -> None:
 
     with pytest.raises(ValueError, match="tool 'bad' declares an invalid JSON schema"):
         BadEnv().reset(seed=0)
+
+
+def test_plain_text_can_be_the_answer() -> None:
+    assert parse_action("just words").failure.details == {"plain_text": True}  # type: ignore[union-attr]
+    assert parse_action("f(").failure.details == {}  # type: ignore[union-attr]
+
+    class ChatEnv(AdderEnv):
+        plain_text_is_answer = True
+
+    env = ChatEnv()
+    env.reset(seed=0)
+    assert env.step("5").reward == 1.0

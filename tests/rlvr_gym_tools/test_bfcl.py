@@ -97,7 +97,7 @@ def test_single_turn_env() -> None:
     obs, info = env.reset(options={"task": task})
     assert obs.startswith(resolve(task.data)["question"][0][-1]["content"]) and info["category"] == "parallel"
     assert info["tools"][0]["function"]["parameters"]["type"] == "object"
-    result = env.step("I am not sure")
+    result = env.step('spotify.play(artist="x"')  # malformed call syntax: explained, costs a turn
     assert not result.terminated and result.info["failure"].kind is FailureKind.PARSE_ERROR
     result = env.step(task.gold[0])
     assert (result.reward, result.terminated, result.info["tool_calls"]) == (1.0, True, 2)
@@ -106,6 +106,9 @@ def test_single_turn_env() -> None:
     assert env.step(python_style).reward == 1.0
     env.reset(options={"task": task})
     assert env.step("<answer>no idea</answer>").reward == 0.0
+    env.reset(options={"task": task})
+    result = env.step("I am not sure")  # plain text is a text reply, as BFCL decodes it: no call
+    assert result.terminated and result.reward == 0.0
 
 
 def test_irrelevance_env_and_invalid_call_count() -> None:

@@ -3,7 +3,8 @@
 An episode is a conversation of several user turns. Within a turn the agent calls the back-end functions
 (file system, messaging, trading, travel, vehicle, ...), each call is executed on live back-end instances
 loaded from the task's ``initial_config``, and the result comes back as a tool response; ``<answer>...</answer>``
-ends the turn (it is the reply to the user), and the next user message follows. Calls are parsed, validated
+or plain text without call syntax ends the turn (it is the reply to the user, as in BFCL), and the next user
+message follows. Calls are parsed, validated
 against the function docs and dispatched to a method of an instance; model text is never ``eval``'d
 (upstream BFCL ``eval``s call strings).
 
@@ -152,6 +153,8 @@ class BFCLMultiTurnEnv(ToolEnv):
 
     max_turns = 60
     max_tool_calls = 200
+
+    plain_text_is_answer = True  # BFCL reads a reply that decodes to no call as a text answer
 
     def __init__(self, suite: str = DEFAULT_SUITE, **kwargs: Any) -> None:
         super().__init__(**kwargs)

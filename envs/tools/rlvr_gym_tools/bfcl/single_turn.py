@@ -3,8 +3,8 @@
 One episode is one request: the observation is the user's message (with any system message of the entry),
 ``info["tools"]`` lists the entry's functions as JSON schema, and the first action that parses ends the
 episode: tool calls are matched against the possible answers (:mod:`rlvr_gym_tools.bfcl.matcher`); an
-``<answer>`` (no call) is right only on irrelevance tasks. Calls are never executed. An action that does not
-parse costs a turn and is explained.
+``<answer>`` or plain text without call syntax (no call, as BFCL decodes it) is right only on irrelevance
+tasks. Calls are never executed. Malformed call syntax costs a turn and is explained.
 """
 
 from __future__ import annotations
@@ -54,6 +54,8 @@ class BFCLEnv(ToolEnv):
     """
 
     max_turns = 2
+
+    plain_text_is_answer = True  # BFCL reads a reply that decodes to no call as a text answer
 
     def __init__(self, suite: str = DEFAULT_SUITE, **kwargs: Any) -> None:
         super().__init__(**kwargs)
