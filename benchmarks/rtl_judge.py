@@ -12,7 +12,7 @@ Runs alternate per problem (baseline, ours, baseline, ours, ...) so both see the
 is ours / baseline on the summed times of each repetition, and the median of per-problem ratios.
 Target: ratio <= 1.0.
 
-Usage: ``.venv/bin/python benchmarks/rtl_judge.py [--repeats 3] [--limit 103]``
+Usage: ``.venv/bin/python benchmarks/rtl_judge.py [--repeats 3] [--limit 103] [--sandbox auto]``
 """
 
 from __future__ import annotations
@@ -61,14 +61,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3, help="alternating repetitions")
     parser.add_argument("--limit", type=int, default=103, help="number of VerilogEval problems")
+    parser.add_argument("--sandbox", default="auto",
+                        help="sandbox back-end of the judge (auto, bwrap, docker; 'subprocess' isolates nothing "
+                             "and shows the pipeline's own cost without the sandbox start)")
     args = parser.parse_args()
     tasks = load_suite("rtl/verilogeval").tasks[: args.limit]
     problems = [load_problem(resolve_problem_dir(t.data["problem_dir"]), t.data["name"]) for t in tasks]
-    judge = RtlJudge()
+    judge = RtlJudge(sandbox=args.sandbox)
     start = time.perf_counter()
     for problem in problems:
         judge.problem_facts(problem)
     once = time.perf_counter() - start
+    print(f"judge sandbox: {judge.sandbox.name}")
     print(f"{len(problems)} problems; one-time reference runs: {once:.2f} s ({once / len(problems) * 1e3:.1f} ms/problem)")
     per_problem: dict[str, list[float]] = {p.name: [] for p in problems}
     for rep in range(args.repeats):

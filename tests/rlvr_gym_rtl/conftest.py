@@ -28,6 +28,12 @@ def judge() -> RtlJudge:
 
 
 @pytest.fixture(scope="session")
+def strict_judge(judge: RtlJudge) -> RtlJudge:
+    """A judge that always runs Icarus's stand-alone elaboration."""
+    return RtlJudge(timeout_s=10.0, standalone_elaboration="always")
+
+
+@pytest.fixture(scope="session")
 def fast_judge() -> RtlJudge:
     """A judge with a short wall-clock limit, for attempts that hang the simulator."""
     _needs_tools()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from rlvr_gym_rtl.lint import Port, extract_code, harness_names, lint_candidate, module_ports
+from rlvr_gym_rtl.lint import Port, extract_code, harness_names, has_dotted_names, lint_candidate, module_ports
 from rlvr_gym_rtl.problem import RtlProblem
 
 PORTS = [Port("clk", "In", 1), Port("reset", "In", 1), Port("q", "Out", 4)]
@@ -103,3 +103,10 @@ def test_structure_and_interface_problems(code: str, expected: str, names) -> No
 def test_driving_an_input_through_a_submodule_output_is_rejected(names) -> None:  # type: ignore[no-untyped-def]
     code = GOOD.replace("endmodule", "drv d(.o(reset));\nendmodule") + "module drv(output o); assign o = 1'b0; endmodule\n"
     assert any("input port `reset`" in p for p in lint_candidate(code, PORTS, names))
+
+
+def test_dotted_names_are_detected_but_not_port_connections() -> None:
+    assert not has_dotted_names(GOOD)
+    assert not has_dotted_names(GOOD.replace("endmodule", "sub u(.a(q), .y());\nendmodule"))
+    assert has_dotted_names(GOOD.replace("endmodule", "wire w = u.y;\nendmodule"))
+    assert has_dotted_names(GOOD.replace("endmodule", "wire w = $root.tb.clk;\nendmodule"))

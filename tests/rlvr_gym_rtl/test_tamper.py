@@ -53,8 +53,10 @@ ATTEMPTS = {
 }
 
 
+@pytest.mark.parametrize("mode", ["judge", "strict_judge"])
 @pytest.mark.parametrize("name", sorted(ATTEMPTS))
-def test_tamper_attempt_never_passes(name: str, judge: RtlJudge, counter: RtlProblem) -> None:
+def test_tamper_attempt_never_passes(name: str, mode: str, counter: RtlProblem, request: pytest.FixtureRequest) -> None:
+    judge: RtlJudge = request.getfixturevalue(mode)  # stand-alone elaboration when needed / always
     judgement = judge.judge(counter, gold_action(ATTEMPTS[name]))
     assert not judgement.result.success, (name, judgement.result)
     assert judgement.result.value == 0.0
@@ -96,6 +98,14 @@ def test_later_stages_catch_attempts_without_the_lint(name: str, fast_judge: Rtl
     outcome, _run = fast_judge._simulate(counter, ATTEMPTS[name], facts.expected_samples)
     assert outcome.stage == BYPASS_EXPECTED_STAGE[name], outcome
     assert verdict(outcome).value == 0.0, outcome
+
+
+def test_correct_design_with_a_struct_member_passes_the_standalone_elaboration(judge: RtlJudge,
+                                                                               counter: RtlProblem) -> None:
+    code = ("module TopModule(input clk, input reset, output [3:0] q);\n"
+            "  typedef struct packed { logic [3:0] count; } state_t;\n  state_t s;\n  assign q = s.count;\n"
+            "  always @(posedge clk) s.count <= (reset || s.count == 10) ? 4'd1 : s.count + 4'd1;\nendmodule\n")
+    assert judge.judge(counter, gold_action(code)).result.success
 
 
 def test_correct_design_with_allowed_directives_still_passes(judge: RtlJudge, counter: RtlProblem) -> None:

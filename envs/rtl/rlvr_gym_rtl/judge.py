@@ -7,7 +7,11 @@ Pipeline for one candidate (stages named as in :data:`rlvr_gym_rtl.verdict.Stage
    checks ``TopModule``'s interface against the reference's.
 3. ``compile_alone``: ``iverilog -g2012 -s TopModule -t null`` (elaboration only) on the candidate alone
    (no testbench in scope, so hierarchical names into it cannot resolve, and the reference cannot be
-   instantiated).
+   instantiated). With ``standalone_elaboration="auto"`` (the default) Icarus does this only for candidates
+   that contain a dotted (hierarchical) name: the lint has already elaborated every candidate alone with
+   pyslang (``TopModule`` as the only top, unresolved names rejected), and the only names on which two
+   elaborators could disagree about *where* they resolve are dotted ones; simple names, instantiations,
+   calls and package imports resolve inside the candidate or are rejected. ``"always"`` runs it for all.
 4. ``compile``: ``iverilog -Wall -Winfloop -Wno-timescale -g2012 -s tb`` on testbench, reference and
    candidate, *in that order* (the candidate's compiler directives cannot reach the files before it).
 5. ``simulate``: ``vvp -n``; the testbench's verdict line is tagged with a fresh random nonce.
@@ -29,7 +33,16 @@ from typing import Any, ClassVar
 from rlvr_gym.failures import Failure, FailureKind
 from rlvr_gym.sandbox import Sandbox, SandboxLimits, SandboxResult, get_sandbox
 from rlvr_gym.verifier import RewardResult
-from rlvr_gym_rtl.lint import TOP_MODULE, HarnessNames, Port, extract_code, harness_names, lint_candidate, module_ports
+from rlvr_gym_rtl.lint import (
+    TOP_MODULE,
+    HarnessNames,
+    Port,
+    extract_code,
+    harness_names,
+    has_dotted_names,
+    lint_candidate,
+    module_ports,
+)
 from rlvr_gym_rtl.problem import REF_MODULE, RtlProblem
 from rlvr_gym_rtl.verdict import JudgeOutcome, RewardConfig, SimSummary, feedback, parse_sim_output, verdict
 
@@ -44,6 +57,7 @@ _SCRIPT_PARALLEL = (
     f"[ $build -eq 0 ] || exit {_EXIT_BUILD}\nexec vvp -n sim.vvp\n"
 )
 """The two compiles run side by side when a core is idle, else one after the other (same verdicts)."""
+_SCRIPT_BUILD_ONLY = f"{_BUILD} || exit {_EXIT_BUILD}\nexec vvp -n sim.vvp\n"
 _SYNTH_SCRIPT = f"yosys -q -p 'read_verilog -sv cand.sv; synth -top {TOP_MODULE}' >synth.log 2>&1"
 _LOG_CHARS = 1500
 RTL_IMAGE = "rlvr-gym/rtl:latest"
@@ -97,6 +111,8 @@ class RtlJudge:
         timeout_s: wall-clock limit of one compile+simulate run, in seconds (VerilogEval's harness: 30).
         memory_limit_mb: address-space limit per process in the sandbox, in MiB.
         sandbox: a sandbox back-end name for :func:`rlvr_gym.sandbox.get_sandbox`, or a sandbox object.
+        standalone_elaboration: ``"auto"`` (Icarus elaborates the candidate alone when it has a dotted name)
+            or ``"always"``.
 
     Raises:
         rlvr_gym.sandbox.SandboxUnavailableError: when no sandbox can run here.
@@ -112,9 +128,13 @@ class RtlJudge:
         timeout_s: float = 30.0,
         memory_limit_mb: int = 2048,
         sandbox: str | Sandbox = "auto",
+        standalone_elaboration: str = "auto",
     ) -> None:
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        if standalone_elaboration not in ("auto", "always"):
+            raise ValueError(f"standalone_elaboration must be 'auto' or 'always', got {standalone_elaboration!r}")
+        self.standalone_elaboration = standalone_elaboration
         self.config = config or RewardConfig()
         self.limits = SandboxLimits(
             timeout_s=timeout_s, cpu_time_s=max(1, int(timeout_s) + 1), memory_limit_mb=memory_limit_mb,
@@ -148,7 +168,8 @@ class RtlJudge:
             outcome = JudgeOutcome("lint", tuple(problems))
             rejected = Failure(FailureKind.INVALID_ACTION, "; ".join(problems)[:500], {"problems": problems})
             return Judgement(verdict(outcome, self.config), outcome, code, rejected)
-        outcome, run = self._simulate(problem, code, facts.expected_samples)
+        standalone = self.standalone_elaboration == "always" or has_dotted_names(code)
+        outcome, run = self._simulate(problem, code, facts.expected_samples, standalone)
         if self.config.require_synthesis and outcome.stage == "simulate":
             outcome = dataclasses.replace(outcome, synthesizable=self._synthesizes(code))
         failure: Failure | None = run.failure() if outcome.stage == "simulate" else None
@@ -169,7 +190,7 @@ class RtlJudge:
         ports = module_ports(problem.reference, REF_MODULE)
         if ports is None:
             raise ReferenceFailedError(f"{problem.name}: the reference defines no `{REF_MODULE}`")
-        outcome, run = self._simulate(problem, problem.reference_solution(), None)
+        outcome, run = self._simulate(problem, problem.reference_solution(), None, standalone=False)
         sim = outcome.sim
         if outcome.stage != "simulate" or not run.ok or sim is None or sim.mismatches != 0 or not sim.samples:
             detail = outcome.compile_log.strip()[:300] or run.stderr[-300:] or f"{sim}"
@@ -184,10 +205,13 @@ class RtlJudge:
             self._facts_cache[problem.key] = facts
         return facts
 
-    def _simulate(self, problem: RtlProblem, code: str, expected: int | None) -> tuple[JudgeOutcome, SandboxResult]:
+    def _simulate(
+        self, problem: RtlProblem, code: str, expected: int | None, standalone: bool = True
+    ) -> tuple[JudgeOutcome, SandboxResult]:
         nonce = "RLVR-" + secrets.token_hex(8)
         files = {"test.sv": problem.prepared_testbench(nonce), "ref.sv": problem.reference, "cand.sv": code}
-        run = self.sandbox.run(["sh", "-c", _script_for_load()], files=files, limits=self.limits,
+        script = _script_for_load() if standalone else _SCRIPT_BUILD_ONLY
+        run = self.sandbox.run(["sh", "-c", script], files=files, limits=self.limits,
                                collect=("alone.log", "build.log"))
         logs = {name: data.decode("utf-8", "replace") for name, data in run.files.items()}
         if run.sandbox_error is None and run.exit_code == _EXIT_ALONE:

@@ -178,6 +178,22 @@ def harness_names(*sources: str) -> HarnessNames:
     return HarnessNames(frozenset(modules), frozenset(instances), frozenset(macros))
 
 
+def has_dotted_names(code: str) -> bool:
+    """Whether ``code`` contains a dotted name (``a.b``: a hierarchical reference or a struct member)."""
+    found = False
+
+    def visit(node: Any) -> ast.VisitAction:
+        nonlocal found
+        if not isinstance(node, parsing.Token) and node.kind == syntax.SyntaxKind.ScopedName \
+                and str(node.separator).strip() == ".":
+            found = True
+            return ast.VisitAction.Interrupt
+        return ast.VisitAction.Advance
+
+    syntax.SyntaxTree.fromText(code).root.visit(visit)
+    return found
+
+
 def module_ports(source: str, module: str) -> list[Port] | None:
     """The ports of ``module`` in ``source`` (elaborated by pyslang), or None when it is not defined."""
     compilation = _compile(source, module)
