@@ -171,6 +171,7 @@ class EnvPool:
         self.max_idle_envs = max_idle_envs
         self._actors: list[Any] = [None] * num_workers
         self._load = [0] * num_workers
+        self._rotation = 0
         self._started_ray = False
         self._closed = False
         self._lock = threading.RLock()  # the evaluation harness makes and steps envs from several threads
@@ -236,10 +237,13 @@ class EnvPool:
 
     # -- used by RemoteEnv ----------------------------------------------------------------------------
     def lease_slot(self, slot: int | None = None) -> int:
-        """Counts one more env in ``slot`` (by default the slot holding the fewest envs); returns the slot."""
+        """Counts one more env in ``slot`` (by default the slot holding the fewest envs, ties in turn);
+        returns the slot."""
         with self._lock:
-            if slot is None:
-                slot = min(range(self.num_workers), key=lambda s: self._load[s])
+            if slot is None:  # ties go round-robin, so consecutive envs spread over the workers
+                order = [(self._rotation + i) % self.num_workers for i in range(self.num_workers)]
+                slot = min(order, key=lambda s: self._load[s])
+                self._rotation = (slot + 1) % self.num_workers
             self._load[slot] += 1
             return slot
 

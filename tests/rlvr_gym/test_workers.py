@@ -128,7 +128,8 @@ def test_closed_pool_refuses_new_envs() -> None:
 def test_closed_envs_are_parked_and_reused(pool: EnvPool) -> None:
     first = pool.make("testing/Echo-v0")
     first.close()
-    again = pool.make("testing/Echo-v0")  # same slot (both slots are empty, slot 0 first), parked env taken back
+    pool.make("testing/Echo-v0").close()  # ties go round-robin: this one ran on the other worker
+    again = pool.make("testing/Echo-v0")  # back on the first env's worker: its parked env is taken back
     other_args = pool.make("testing/Echo-v0", max_turns=2)
     assert again.reused_parked_env and not other_args.reused_parked_env  # type: ignore[attr-defined]
     assert again.max_turns == 3 and other_args.max_turns == 2
