@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import tarfile
 import time
 from collections.abc import Mapping, Sequence
@@ -34,10 +35,16 @@ def docker_client(timeout_s: float = 2.0) -> Any:
         import docker
     except ImportError:
         raise SandboxUnavailableError("the docker back-end needs the `docker` package (pip install docker)") from None
+    if not os.environ.get("DOCKER_HOST") and not os.path.exists("/var/run/docker.sock"):
+        # Asking the SDK anyway leaves a socket open inside urllib3 when the connection is refused.
+        raise SandboxUnavailableError("no Docker engine: DOCKER_HOST is unset and /var/run/docker.sock is absent")
+    client = None
     try:
         client = docker.from_env(timeout=max(1, int(timeout_s)))  # type: ignore[attr-defined]
         client.ping()
     except Exception as error:  # noqa: BLE001  (the SDK raises many types (DockerException, requests errors, FileNotFound))
+        if client is not None:
+            client.close()  # else its HTTP session's socket is left open ("unclosed socket" warnings)
         raise SandboxUnavailableError(f"no Docker engine answers: {error}") from None
     return client
 
