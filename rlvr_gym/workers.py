@@ -48,7 +48,9 @@ class EnvWorker:
 
     Closing an env parks it (up to ``max_idle_envs``) instead of closing it, and the next ``create`` of the
     same id and arguments takes it back: ``reset`` starts every episode afresh, and a web env parked this way
-    keeps the worker's browser running between episodes (a Chromium launch costs about 1 s).
+    keeps the worker's browser running between episodes (a Chromium launch costs about 1 s). An env may
+    define ``release_episode()`` to free what only its last episode needed (a web env closes its page) when
+    it is parked.
 
     Every method returns plain picklable values. Exceptions raised by an env propagate to the caller (the
     proxy turns them into ``ENV_CRASH`` failures).
@@ -97,6 +99,9 @@ class EnvWorker:
         if env is None:
             return
         if len(self._idle) < self.max_idle_envs:
+            release = getattr(env, "release_episode", None)
+            if callable(release):  # e.g. a web env closes its page but keeps the browser
+                release()
             self._idle.append((key, env))
         else:
             env.close()

@@ -252,6 +252,11 @@ class BrowserEnv(Env):
             with contextlib.suppress(Exception):
                 context.close()
 
+    def release_episode(self) -> None:
+        """Closes the episode's page and context but keeps this env's hold on the browser (an env-worker
+        pool calls it when it parks the env for reuse); the next ``reset`` opens a new context."""
+        self._close_context()
+
     def close(self) -> None:
         """Closes the page and context; the process's browser closes when no env uses it any more."""
         self._close_context()
