@@ -168,37 +168,64 @@ def parse_task_line(line: str, path: Path | str = "<string>", line_no: int = 1) 
         raise TaskFileError(f"{path}:{line_no}: invalid task ({problems})") from None
 
 
-def tasks_dir() -> Path:
-    """The folder holding the task suites (``tasks/<family>/<suite>.jsonl``).
+def task_dirs() -> list[Path]:
+    """The folders searched for task suites (``<dir>/<family>/<suite>.jsonl``), in order.
 
-    Resolution order: the ``RLVR_GYM_TASKS`` environment variable; the repository's ``tasks/`` beside the
-    installed ``rlvr_gym`` package (an editable install or a checkout); ``./tasks``.
-
-    Raises:
-        FileNotFoundError: when none of these exists, saying how to point at one.
+    ``RLVR_GYM_TASKS`` (one or more folders separated by ``os.pathsep``), then ``./tasks``, then the
+    repository's ``tasks/`` beside the installed ``rlvr_gym`` package (an editable install or a checkout).
+    A user's own suites and the shipped ones are therefore found together. Only existing folders are listed.
     """
     import os
 
-    candidates = [os.environ.get("RLVR_GYM_TASKS"), Path(__file__).resolve().parent.parent / "tasks", "tasks"]
+    extra = [p for p in os.environ.get("RLVR_GYM_TASKS", "").split(os.pathsep) if p]
+    candidates = [*extra, "tasks", Path(__file__).resolve().parent.parent / "tasks"]
+    found: list[Path] = []
     for candidate in candidates:
-        if candidate and Path(candidate).is_dir():
-            return Path(candidate)
-    raise FileNotFoundError("no tasks/ folder found; set RLVR_GYM_TASKS=/path/to/rlvr_gym/tasks")
+        path = Path(candidate).resolve()
+        if path.is_dir() and path not in found:
+            found.append(path)
+    return found
+
+
+def tasks_dir() -> Path:
+    """The folder of the shipped suites: the repository's ``tasks/`` beside the installed ``rlvr_gym``
+    package, else the first folder of :func:`task_dirs`. Suite builders write here.
+
+    Raises:
+        FileNotFoundError: when no folder exists, saying how to point at one.
+    """
+    shipped = Path(__file__).resolve().parent.parent / "tasks"
+    if shipped.is_dir():
+        return shipped
+    dirs = task_dirs()
+    if not dirs:
+        raise FileNotFoundError("no tasks/ folder found; set RLVR_GYM_TASKS=/path/to/tasks")
+    return dirs[0]
 
 
 def load_suite(name: str | Path) -> TaskSuite:
-    """Loads a suite by path, or by name ``family/suite`` relative to :func:`tasks_dir`
-    (``"textworld/test"`` reads ``tasks/textworld/test.jsonl``).
+    """Loads a suite by file path, or by name ``family/suite`` searched in :func:`task_dirs`
+    (``"textworld/easy-test"`` reads ``tasks/textworld/easy-test.jsonl``).
 
     Raises:
-        FileNotFoundError: naming the suites that exist in that family's folder.
+        FileNotFoundError: for a missing file, or an unknown name (naming the folders searched and the
+            suites of that family that exist).
+        TaskFileError: for a malformed suite file (naming file and line).
     """
     path = Path(name)
-    if path.suffix == ".jsonl" and path.is_file():
+    if path.suffix == ".jsonl" or path.is_absolute() or path.is_file():
+        if not path.is_file():
+            raise FileNotFoundError(f"suite file {path} not found")
         return TaskSuite.load(path)
-    path = tasks_dir() / f"{name}.jsonl"
-    if not path.is_file():
-        family_dir = path.parent
-        known = sorted(str(p.relative_to(tasks_dir()).with_suffix("")) for p in family_dir.glob("*.jsonl"))
-        raise FileNotFoundError(f"no suite {name!r} at {path}; suites there: {', '.join(known) or 'none'}")
-    return TaskSuite.load(path)
+    dirs = task_dirs()
+    for folder in dirs:
+        candidate = folder / f"{name}.jsonl"
+        if candidate.is_file():
+            return TaskSuite.load(candidate)
+    family = str(name).split("/", 1)[0]
+    known = sorted({f"{family}/{p.stem}" for folder in dirs for p in (folder / family).glob("*.jsonl")})
+    searched = ", ".join(str(d) for d in dirs) or "none (set RLVR_GYM_TASKS)"
+    raise FileNotFoundError(
+        f"no suite {str(name)!r}; searched {searched}; suites of {family!r}: {', '.join(known) or 'none'}. "
+        "Add folders with RLVR_GYM_TASKS=/path/to/tasks (os.pathsep-separated)."
+    )

@@ -83,3 +83,19 @@ def test_task_seed_drives_reset() -> None:
     task = Task(id="t", env_id="testing/Echo-v0", options={"seed": 5})
     a, b = rlvr_gym.make("testing/Echo-v0"), rlvr_gym.make("testing/Echo-v0")
     assert a.reset(options={"task": task})[0] == b.reset(options={"task": task})[0]
+
+
+def test_load_suite_searches_user_folders_beside_shipped_ones(tmp_path, monkeypatch) -> None:
+    from rlvr_gym import load_suite
+
+    TaskSuite("mine", echo_tasks(2)).save(tmp_path / "mygames" / "mine.jsonl")
+    monkeypatch.setenv("RLVR_GYM_TASKS", str(tmp_path))
+    assert len(load_suite("mygames/mine")) == 2
+    assert len(load_suite("testing/echo")) == 8  # shipped suites are still found
+    with pytest.raises(FileNotFoundError, match=r"suites of 'mygames': mygames/mine"):
+        load_suite("mygames/other")
+    with pytest.raises(FileNotFoundError, match=r"suite file .*nope.jsonl not found"):
+        load_suite(tmp_path / "nope.jsonl")
+    (tmp_path / "notjson.txt").write_text("x\n")
+    with pytest.raises(TaskFileError, match=r"notjson.txt:1: not valid JSON"):
+        load_suite(tmp_path / "notjson.txt")

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+REPO_ROOT = Path(__file__).resolve().parents[2]  # this checkout, wherever it is cloned
+
 from rlvr_gym.sandbox import SandboxLimits, SandboxResult, SandboxUnavailableError, get_sandbox
 from rlvr_gym.sandbox import bwrap as bwrap_module
 from rlvr_gym.sandbox.bwrap import HOST_UID_BASE
@@ -123,7 +125,7 @@ READS: list[Attack] = [
     ("read_etc_shadow", lambda h: ["cat", "/etc/shadow"], lambda h, r: "root:" not in r.stdout),
     ("read_etc_passwd", lambda h: ["cat", "/etc/passwd"], lambda h, r: "root:" not in r.stdout),
     ("read_root_home", lambda h: ["sh", "-c", "ls -la /root; cat /root/.bashrc"], lambda h, r: ".bashrc" not in r.stdout),
-    ("read_project_tree", lambda h: ["ls", "/work/main"], lambda h, r: "pyproject" not in r.stdout),
+    ("read_project_tree", lambda h: ["ls", str(REPO_ROOT)], lambda h, r: "pyproject" not in r.stdout),
     ("list_host_tmp", lambda h: ["sh", "-c", f"ls -la /tmp {h.root.parent}"], lambda h, r: h.root.name not in r.stdout),
     ("find_secret_everywhere", lambda h: ["sh", "-c", f"grep -rs {SECRET[:12]} / --exclude-dir=proc | head"], None),
     ("env_var_leak", lambda h: ["env"], lambda h, r: "RLVR_TEST_API_KEY" not in r.stdout),
