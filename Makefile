@@ -1,5 +1,5 @@
-# The two commands of the README.
-.PHONY: quickstart test setup
+# The README's commands. `make quickstart` is the main job; `make test` the default test tier.
+.PHONY: quickstart test test-browser test-slow setup
 
 setup:
 	bash .ci/setup
@@ -9,3 +9,11 @@ quickstart: setup
 
 test: setup
 	.venv/bin/python -m pytest -q
+
+# Real Chromium through Playwright (installed by .ci/setup): web envs, the Ray pool with browsers.
+test-browser: setup
+	.venv/bin/python -m pytest -q -m "browser and not slow"
+
+# Minutes-long runs: full suites, 200-episode leak test, the whole quickstart.
+test-slow: setup
+	.venv/bin/python -m pytest -q -m "slow and not gpu and not docker"
