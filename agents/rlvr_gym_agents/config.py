@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import types
 import typing
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,8 @@ from typing import Any
 import yaml
 
 from rlvr_gym_agents.losses import LossConfig
+from rlvr_gym_agents.tree import TREE_CREDIT_MODES
+from rlvr_gym_agents.tree_sampler import TreeSamplerConfig
 
 
 class ConfigError(ValueError):
@@ -63,6 +66,12 @@ class EnvConfig:
     """Overrides the env's turn limit."""
     system_prompt: str | None = None
     """Optional system message before the first observation."""
+    num_workers: int = 0
+    """Env worker processes (Ray actors, :class:`rlvr_gym.workers.EnvPool`) for training rollouts; 0 runs every
+    env in the trainer's process. A worker that dies ends its episodes with an ``ENV_CRASH`` failure and is
+    replaced."""
+    remote: tuple[str, ...] = ("*",)
+    """``fnmatch`` patterns of the env ids that run in the workers when ``num_workers > 0``."""
 
 
 @dataclasses.dataclass
@@ -105,6 +114,12 @@ class RolloutConfig:
     """Nucleus mass for training rollouts."""
     reuse_kv_cache: bool = True
     """Keep each episode's KV cache across turns."""
+    sampler: str = "flat"
+    """``flat`` (``group_size`` independent episodes per task) or ``tree`` (one rollout tree per task with
+    ``group_size`` leaves, :mod:`rlvr_gym_agents.tree_sampler`)."""
+    tree: TreeSamplerConfig = dataclasses.field(default_factory=TreeSamplerConfig)
+    """Tree sampler settings (``sampler: tree`` only). ``num_leaves``, ``reuse_kv_cache`` and ``max_turns`` are
+    derived from ``train.group_size``, ``rollout.reuse_kv_cache`` and ``env.max_turns``."""
 
 
 @dataclasses.dataclass
@@ -113,6 +128,10 @@ class AlgorithmConfig:
 
     estimator: str = "grpo"
     """Group advantage estimator: grpo, drgrpo or rloo."""
+    credit: str = "soft"
+    """Credit assignment: ``soft`` (one group advantage per episode; the only choice with the flat sampler) or,
+    with ``rollout.sampler: tree``, a per-token mode of :meth:`rlvr_gym_agents.tree.RolloutTree.token_advantages`:
+    treerl, local, global, arpo_hard, treepo or gigpo."""
     drop_zero_variance_groups: bool = True
     """Skip groups whose rewards are all equal (zero advantage; DAPO dynamic sampling)."""
     epochs: int = 2
@@ -199,7 +218,27 @@ class TrainConfig:
             raise ConfigError(f"rollout.engine must be transformers or vllm, got {self.rollout.engine!r}")
         if self.train.group_size < 2:
             raise ConfigError(f"train.group_size must be >= 2 for group advantages, got {self.train.group_size}")
+        self._derive_rollout()
+        if self.env.num_workers < 0:
+            raise ConfigError(f"env.num_workers must be >= 0 (0 = in-process envs), got {self.env.num_workers}")
         return self
+
+    def _derive_rollout(self) -> None:
+        """Validates the sampler and credit choice and fills the tree section's derived fields."""
+        if self.rollout.sampler not in ("flat", "tree"):
+            raise ConfigError(f"rollout.sampler must be flat or tree, got {self.rollout.sampler!r}")
+        if self.algorithm.credit not in TREE_CREDIT_MODES:
+            raise ConfigError(f"algorithm.credit must be one of {list(TREE_CREDIT_MODES)}, got {self.algorithm.credit!r}")
+        if self.rollout.sampler == "flat" and self.algorithm.credit != "soft":
+            raise ConfigError(f"algorithm.credit={self.algorithm.credit} needs rollout.sampler=tree (flat episodes "
+                              "share no segments); use credit soft")
+        tree = self.rollout.tree
+        tree.num_leaves = self.train.group_size
+        tree.reuse_kv_cache = self.rollout.reuse_kv_cache
+        tree.max_turns = self.env.max_turns
+        if tree.global_samples is not None and not 1 <= tree.global_samples <= tree.num_leaves:
+            raise ConfigError(f"rollout.tree.global_samples must be in [1, train.group_size={tree.num_leaves}], "
+                              f"got {tree.global_samples}")
 
     @property
     def rollouts_per_step(self) -> int:
@@ -227,6 +266,12 @@ def load_config(recipe: str | Path | None, overrides: list[str] | None = None) -
         if not sep or not key:
             raise ConfigError(f"override {override!r} must look like key=value (e.g. train.num_steps=30)")
         _set_path(raw, key.strip().split("."), yaml.safe_load(value))
+    derived = {"num_leaves": "train.group_size", "reuse_kv_cache": "rollout.reuse_kv_cache", "max_turns": "env.max_turns"}
+    tree_raw = (raw.get("rollout") or {}).get("tree") or {}
+    if isinstance(tree_raw, dict) and tree_raw:
+        for key in sorted(set(derived) & set(tree_raw)):
+            raise ConfigError(f"rollout.tree.{key} is derived from {derived[key]}; set that instead")
+        tree_raw["num_leaves"] = (raw.get("train") or {}).get("group_size", TrainLoopConfig.group_size)
     return _build(TrainConfig, raw, "").derive()
 
 
@@ -265,9 +310,10 @@ def _coerce(hint: Any, value: Any, name: str) -> Any:
     args = typing.get_args(hint)
     if value is None and type(None) in args:
         return None
-    base = next((a for a in args if a is not type(None)), hint) if args else hint
+    is_union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    base = next((a for a in args if a is not type(None)), hint) if is_union else hint
     if typing.get_origin(base) is tuple:
-        return tuple(value)
+        return _coerce_tuple(base, value, name)
     if base is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if base is float and isinstance(value, str):  # YAML 1.1 reads "1e-3" (no dot) as a string
@@ -278,6 +324,19 @@ def _coerce(hint: Any, value: Any, name: str) -> Any:
     if base in (int, float, str, bool) and not isinstance(value, base) or (base is int and isinstance(value, bool)):
         raise ConfigError(f"{name} must be {base.__name__}, got {value!r}")
     return value
+
+
+def _coerce_tuple(hint: Any, value: Any, name: str) -> tuple[Any, ...]:
+    """A YAML list (or one scalar, for ``tuple[X, ...]``) as a tuple whose items are coerced to their hints."""
+    values = [value] if isinstance(value, (str, int, float)) else value
+    if not isinstance(values, (list, tuple)):
+        raise ConfigError(f"{name} must be a list, got {value!r}")
+    item_hints = typing.get_args(hint)
+    if len(item_hints) == 2 and item_hints[1] is Ellipsis:
+        item_hints = (item_hints[0],) * len(values)
+    elif len(item_hints) != len(values):
+        raise ConfigError(f"{name} must be a list of {len(item_hints)} items, got {value!r}")
+    return tuple(_coerce(h, v, f"{name}[{i}]") for i, (h, v) in enumerate(zip(item_hints, values)))
 
 
 def to_dict(config: TrainConfig) -> dict[str, Any]:

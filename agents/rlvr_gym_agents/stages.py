@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rlvr_gym import Task, load_suite, spec
+import rlvr_gym
+from rlvr_gym import Env, Task, load_suite, spec
 from rlvr_gym_agents.chat import ChatFormat
 from rlvr_gym_agents.config import TrainConfig
 from rlvr_gym_agents.console import Console
@@ -112,8 +114,10 @@ def warm_start(config: TrainConfig, model: Any, chat: ChatFormat, train_tasks: l
 
 
 def evaluate_both(config: TrainConfig, policy: Policy, chat: ChatFormat, tasks: list[Task],
-                  console: Console, label: str) -> dict[str, Any]:
+                  console: Console, label: str, env_factory: Callable[..., Env] = rlvr_gym.make) -> dict[str, Any]:
     """Held-out evaluation: ``eval.k`` samples per task at ``eval.temperature``, and greedy pass@1.
+
+    Envs come from ``env_factory`` (default :func:`rlvr_gym.make`; the trainer passes its env pool's ``make``).
 
     Returns:
         ``pass@1_sampled``, ``pass@{k}_sampled``, ``pass@1_greedy`` (None when off), ``mean_turns``,
@@ -122,11 +126,11 @@ def evaluate_both(config: TrainConfig, policy: Policy, chat: ChatFormat, tasks: 
     k, max_new = config.eval.k, config.rollout.max_new_tokens
     with console.status(f"evaluating {label}: {len(tasks)} tasks x {k} samples + greedy"):
         sampled, _ = evaluate_policy(policy, chat, tasks, k, SamplingParams(config.eval.temperature, 1.0, max_new),
-                                     max_turns=config.env.max_turns)
+                                     env_factory=env_factory, max_turns=config.env.max_turns)
         greedy = None
         if config.eval.greedy:
             greedy, _ = evaluate_policy(policy, chat, tasks, 1, SamplingParams(0.0, 1.0, max_new),
-                                        max_turns=config.env.max_turns)
+                                        env_factory=env_factory, max_turns=config.env.max_turns)
     result = {
         "pass@1_sampled": sampled["pass@1"], f"pass@{k}_sampled": sampled[f"pass@{k}"],
         "pass@1_greedy": greedy["pass@1"] if greedy else None, "mean_turns_sampled": sampled["mean_turns"],

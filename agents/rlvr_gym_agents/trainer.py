@@ -1,16 +1,24 @@
-"""The GRPO-family trainer on flat multi-turn rollouts. Read :func:`train` top to bottom.
+"""The GRPO-family trainer on flat or tree multi-turn rollouts. Read :func:`train` top to bottom.
 
 One RL step (Shao et al. 2024, DeepSeekMath §4; DAPO, Yu et al. 2025, for clip-higher, token-mean and
 dropping zero-variance groups):
 
-1. draw ``tasks_per_step`` training tasks; run ``group_size`` episodes of each at ``rollout.temperature``;
-2. one advantage per episode from its group's rewards (``advantages.group_advantages``), broadcast to the
-   episode's generated tokens (observation and prompt tokens have mask 0);
+1. draw ``tasks_per_step`` training tasks; run ``group_size`` episodes of each at ``rollout.temperature``
+   (``rollout.sampler: flat``), or grow one rollout tree per task with ``group_size`` leaves
+   (``rollout.sampler: tree``, :mod:`rlvr_gym_agents.tree_sampler`; ARPO/AEPO branching at turn boundaries);
+2. flat: one advantage per episode from its group's rewards (``advantages.group_advantages``), broadcast to
+   the episode's generated tokens (observation and prompt tokens have mask 0); tree: per-token advantages of
+   ``algorithm.credit`` (``RolloutTree.token_advantages``: soft = the same group advantage per leaf, or
+   TreeRL / ARPO-hard / TreePO / GiGPO segment credit); both in :func:`collect_rollouts`;
 3. optionally drop groups whose rewards are all equal (zero advantage);
 4. ``epochs`` x ``num_minibatches`` optimizer steps of the policy loss (``losses.policy_loss``: PPO-clip
    with clip-higher, token-mean aggregation, optional KL to the reference model), gradients clipped;
 5. log metrics (JSONL, TensorBoard), evaluate every ``eval.every_steps``, checkpoint every
    ``train.checkpoint_every`` (model, optimizer, step, RNG); resume from the last checkpoint.
+
+Envs run in the trainer's process, or with ``env.num_workers > 0`` in a pool of Ray workers
+(:class:`rlvr_gym.workers.EnvPool`): a worker that dies ends its episodes with an ``ENV_CRASH`` failure (a
+zero-reward episode in the batch, counted in ``failures/env_crash``) and is replaced; the run goes on.
 
 Before RL the policy is built (or loaded), warm-started by behaviour cloning (:mod:`rlvr_gym_agents.sft`)
 and evaluated on held-out tasks; after RL it is evaluated again, both evaluations are printed side by side
@@ -19,34 +27,48 @@ and the learning curve is written to ``learning_curve.png``.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import dataclasses
 import json
 import random
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from rlvr_gym import Task
+import rlvr_gym
+from rlvr_gym import Env, Task
 from rlvr_gym_agents.advantages import broadcast_to_tokens, group_advantages, nonzero_variance_groups
 from rlvr_gym_agents.batching import pad_right, token_logprobs
+from rlvr_gym_agents.chat import ChatFormat
 from rlvr_gym_agents.config import TrainConfig, to_dict
 from rlvr_gym_agents.console import Console
 from rlvr_gym_agents.losses import batch_stats, policy_loss
-from rlvr_gym_agents.policy import SamplingParams
+from rlvr_gym_agents.policy import Policy, SamplingParams
 from rlvr_gym_agents.rollout import Trajectory, run_episodes
 from rlvr_gym_agents.run_io import MetricsLogger, load_checkpoint, plot_learning_curve, save_checkpoint
 from rlvr_gym_agents.stages import build_policy, build_rollout_policy, evaluate_both, load_task_sources, warm_start
+from rlvr_gym_agents.tree_sampler import TreeSampler
 
 
 def train(config: TrainConfig) -> dict[str, Any]:
     """Runs a whole recipe: build/load the policy, SFT warm start, evaluate, GRPO, evaluate, plot.
 
+    Envs of rollouts and evaluations run in-process, or in ``env.num_workers`` Ray workers (closed at the end).
+
     Returns:
         ``{"before": metrics, "after": metrics, "run_dir": str, "elapsed_s": float}``.
     """
+    with env_factory_of(config) as env_factory:
+        return _train(config, env_factory)
+
+
+def _train(config: TrainConfig, env_factory: Callable[..., Env]) -> dict[str, Any]:
+    """:func:`train` with envs from ``env_factory``."""
     began = time.monotonic()
     run_dir = Path(config.output.dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -71,45 +93,42 @@ def train(config: TrainConfig) -> dict[str, Any]:
             logger.log({"phase": "sft", "step": 0, **state["sft"]})
         model.save_pretrained(run_dir / "sft_model")  # the reference policy of the KL term, also on resume
         _sync(rollout_policy, policy)
-        state["before"] = evaluate_both(config, rollout_policy, chat, test_tasks, console, "before RL")
+        state["before"] = evaluate_both(config, rollout_policy, chat, test_tasks, console, "before RL", env_factory)
         logger.log({"phase": "eval", "step": 0, **_eval_scalars(state["before"])})
         save_checkpoint(checkpoint_dir, model, policy.tokenizer, optimizer, 0, policy.generator, state)
     _sync(rollout_policy, policy)
     ref_model = _reference_model(model, run_dir / "sft_model") if config.algorithm.loss.kl_coef > 0 else None
     sampling = SamplingParams(config.rollout.temperature, config.rollout.top_p, config.rollout.max_new_tokens)
+    tree_sampler = (TreeSampler(rollout_policy, chat, config.rollout.tree, env_factory)
+                    if config.rollout.sampler == "tree" else None)
     rl_began = time.monotonic()
 
     for step in range(start_step + 1, config.train.num_steps + 1):
         step_began = time.monotonic()
-        # 1. Tasks and rollouts: group_size episodes per task.
+        # 1. Tasks and rollouts (group_size episodes, or one tree of group_size leaves, per task);
+        # 2. advantages (per episode, or per token for tree credit); 3. dropping zero-variance groups.
         tasks = draw_tasks(train_tasks, config, step)
-        batch = [task for task in tasks for _ in range(config.train.group_size)]
-        trajectories = run_episodes(rollout_policy, chat, batch, sampling, reuse_kv_cache=config.rollout.reuse_kv_cache,
-                                    max_turns=config.env.max_turns)
+        rollouts = collect_rollouts(config, rollout_policy, chat, tasks, sampling, step, env_factory, tree_sampler)
+        trajectories, keep = rollouts.trajectories, rollouts.keep
         rollout_s = time.monotonic() - step_began
-        # 2. Group advantages, 3. dropping zero-variance groups.
-        rewards = torch.tensor([t.reward for t in trajectories], dtype=torch.float32)
-        groups = torch.arange(len(tasks)).repeat_interleave(config.train.group_size)
-        for trajectory, group in zip(trajectories, groups.tolist()):
-            trajectory.group = group
-        advantages = group_advantages(rewards, groups, config.algorithm.estimator)
-        keep = (nonzero_variance_groups(rewards, groups) if config.algorithm.drop_zero_variance_groups
-                else torch.ones_like(rewards, dtype=torch.bool))
         kept = [t for t, k in zip(trajectories, keep.tolist()) if k]
+        advantages = rollouts.advantages[keep]
         # 4. Policy update.
-        update = (ppo_update(model, optimizer, kept, advantages[keep], config, ref_model, policy.pad_token_id)
+        update = (ppo_update(model, optimizer, kept, advantages, config, ref_model, policy.pad_token_id)
                   if kept else {})
         if kept:
             _sync(rollout_policy, policy)
         # 5. Log, evaluate, checkpoint.
-        record = {"phase": "rl", "step": step, "process_cpu_s": time.process_time(), **rollout_metrics(trajectories), **update,
+        record = {"phase": "rl", "step": step, "process_cpu_s": time.process_time(), **rollout_metrics(trajectories),
+                  **rollouts.metrics, **update,
                   "groups_kept": int(keep.sum()) // config.train.group_size, "rollout_s": rollout_s,
                   "step_s": time.monotonic() - step_began}
         logger.log(record)
         console.step(step, config.train.num_steps, record)
         if config.eval.every_steps and step % config.eval.every_steps == 0 and step < config.train.num_steps:
             logger.log({"phase": "eval", "step": step,
-                        **_eval_scalars(evaluate_both(config, rollout_policy, chat, test_tasks, console, f"step {step}"))})
+                        **_eval_scalars(evaluate_both(config, rollout_policy, chat, test_tasks, console, f"step {step}",
+                                                      env_factory))})
         out_of_time = config.train.max_time_s is not None and time.monotonic() - rl_began > config.train.max_time_s
         periodic = config.train.checkpoint_every and step % config.train.checkpoint_every == 0
         if out_of_time or periodic or step == config.train.num_steps:
@@ -118,7 +137,7 @@ def train(config: TrainConfig) -> dict[str, Any]:
             console.note(f"RL stopped by train.max_time_s={config.train.max_time_s} after step {step}")
             break
 
-    state["after"] = evaluate_both(config, rollout_policy, chat, test_tasks, console, "after RL")
+    state["after"] = evaluate_both(config, rollout_policy, chat, test_tasks, console, "after RL", env_factory)
     last_step = max([start_step] + [r["step"] for r in logger.read() if r["phase"] == "rl"])
     logger.log({"phase": "eval", "step": last_step, **_eval_scalars(state["after"])})
     plot_learning_curve(logger.read(), run_dir / "learning_curve.png")
@@ -129,6 +148,85 @@ def train(config: TrainConfig) -> dict[str, Any]:
     console.side_by_side(state["before"], state["after"], run_dir)
     logger.close()
     return summary
+
+
+@dataclasses.dataclass
+class Rollouts:
+    """One RL step's rollouts, ready for the update.
+
+    Attributes:
+        trajectories: B episodes (flat: ``group_size`` per task in a row; tree: each tree's leaves in a row).
+        advantages: (B,) one per episode (flat), or (B, T) per token, right-padded with 0 (tree).
+        keep: (B,) bool, False for the episodes of groups dropped for zero reward variance.
+        metrics: the sampler's scalars for the step log (tree metrics under ``tree/``; empty for flat).
+    """
+
+    trajectories: list[Trajectory]
+    advantages: torch.Tensor
+    keep: torch.Tensor
+    metrics: dict[str, Any]
+
+
+def collect_rollouts(config: TrainConfig, policy: Policy, chat: ChatFormat, tasks: list[Task],
+                     sampling: SamplingParams, step: int, env_factory: Callable[..., Env] = rlvr_gym.make,
+                     tree_sampler: TreeSampler | None = None) -> Rollouts:
+    """Samples ``group_size`` episodes per task (flat, or the leaves of one tree per task) and credits them.
+
+    Flat: one group advantage per episode (``algorithm.estimator``). Tree: per-token advantages of
+    ``algorithm.credit`` from :meth:`TreeRollout.training_batch`, whose branching draws are seeded by
+    ``(rollout.tree.seed, step)`` so a resumed run samples the same trees. Either way the zero-variance mask
+    (DAPO dynamic sampling) is over each task's episode rewards.
+
+    Raises:
+        ValueError: ``rollout.sampler == "tree"`` without a ``tree_sampler``.
+    """
+    groups = torch.arange(len(tasks)).repeat_interleave(config.train.group_size)
+    metrics: dict[str, Any] = {}
+    if config.rollout.sampler == "tree":
+        if tree_sampler is None:
+            raise ValueError("rollout.sampler=tree needs a TreeSampler")
+        tree_sampler.num_calls = step  # the call index seeds this step's branching draws
+        rollout = tree_sampler.sample(tasks, sampling)
+        trajectories, rows = rollout.training_batch(config.algorithm.credit, config.algorithm.estimator)
+        advantages = pad_right([row.tolist() for row in rows], 0.0, torch.float32)
+        metrics = _tree_scalars(rollout.metrics)
+        groups = torch.tensor([t.group for t in trajectories])
+    else:
+        batch = [task for task in tasks for _ in range(config.train.group_size)]
+        trajectories = run_episodes(policy, chat, batch, sampling, reuse_kv_cache=config.rollout.reuse_kv_cache,
+                                    env_factory=env_factory, max_turns=config.env.max_turns)
+        for trajectory, group in zip(trajectories, groups.tolist()):
+            trajectory.group = group
+    rewards = torch.tensor([t.reward for t in trajectories], dtype=torch.float32)
+    if config.rollout.sampler == "flat":
+        advantages = group_advantages(rewards, groups, config.algorithm.estimator)
+    keep = (nonzero_variance_groups(rewards, groups) if config.algorithm.drop_zero_variance_groups
+            else torch.ones_like(rewards, dtype=torch.bool))
+    return Rollouts(trajectories, advantages, keep, metrics)
+
+
+@contextlib.contextmanager
+def env_factory_of(config: TrainConfig) -> Iterator[Callable[..., Env]]:
+    """``rlvr_gym.make``, or with ``env.num_workers > 0`` the ``make`` of an :class:`EnvPool` (envs matching
+    ``env.remote`` run in Ray workers) that is closed when the block ends."""
+    if config.env.num_workers == 0:
+        yield rlvr_gym.make
+        return
+    from rlvr_gym.workers import EnvPool
+
+    with EnvPool(config.env.num_workers, remote=config.env.remote) as pool:
+        yield pool.make
+
+
+def _tree_scalars(metrics: dict[str, Any]) -> dict[str, Any]:
+    """Tree metrics as flat log keys: ``tree/<name>``, dicts as ``tree/<name>/<key>`` (lists kept as lists)."""
+    flat: dict[str, Any] = {}
+    for name, value in metrics.items():
+        if isinstance(value, dict):
+            flat.update({f"tree/{name}/{key}": v for key, v in value.items()})
+        else:
+            flat[f"tree/{name}"] = value
+    return flat
 
 
 def draw_tasks(train_tasks: list[Task] | None, config: TrainConfig, step: int) -> list[Task]:
@@ -151,7 +249,8 @@ def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, traject
     """``epochs`` x ``num_minibatches`` clipped policy-gradient steps on a batch of trajectories.
 
     Args:
-        trajectories: B trajectories; advantages: (B,) one per trajectory.
+        trajectories: B trajectories; advantages: (B,) one per trajectory, or (B, T') per token with T' at least
+            the longest trajectory (right-padded; cropped to it).
         ref_model: the frozen reference policy for the KL term (None when ``kl_coef == 0``).
 
     Returns:
@@ -162,7 +261,7 @@ def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, traject
     attention = pad_right([[1] * len(t.token_ids) for t in trajectories], 0, torch.long)
     mask = pad_right([t.loss_mask for t in trajectories], 0, torch.long)
     old_logp = pad_right([t.logps for t in trajectories], 0.0, torch.float32)
-    token_adv = broadcast_to_tokens(advantages, mask)
+    token_adv = broadcast_to_tokens(advantages[:, : mask.shape[1]] if advantages.ndim == 2 else advantages, mask)
     ref_logp = None
     if ref_model is not None:
         with torch.no_grad():

@@ -62,3 +62,23 @@ def test_missing_recipe() -> None:
 @pytest.mark.parametrize("name", ["quickstart.yaml", "qwen2.5-0.5b-textworld.yaml"])
 def test_shipped_recipes_load(name: str) -> None:
     load_config(RECIPES / name)
+
+
+def test_tuple_keys_take_yaml_lists_with_typed_items() -> None:
+    config = load_config(None, ["env.remote=[textworld/*, tools/*]", "algorithm.loss.clip_cov_bounds=[1, 4.5]"])
+    assert config.env.remote == ("textworld/*", "tools/*") and config.env.num_workers == 0
+    assert config.algorithm.loss.clip_cov_bounds == (1.0, 4.5)
+    assert load_config(None, ["env.remote=web/*"]).env.remote == ("web/*",)
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("env.remote=[1]", r"env.remote\[0\] must be str"),
+        ("algorithm.loss.clip_cov_bounds=[1]", "must be a list of 2 items"),
+        ("env.remote={a: 1}", "env.remote must be a list"),
+    ],
+)
+def test_bad_tuple_values_name_the_problem(override: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, [override])

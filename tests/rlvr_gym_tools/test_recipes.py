@@ -13,18 +13,14 @@ from rlvr_gym import load_suite, spec
 config_module = pytest.importorskip("rlvr_gym_agents.config")
 sft = pytest.importorskip("rlvr_gym_agents.sft")
 
-tree_train = pytest.importorskip("rlvr_gym_agents.tree_train")
-
 RECIPES = Path(__file__).resolve().parents[2] / "agents" / "recipes"
 
 
 def _load(name: str) -> object:
-    """The trainer config of a recipe (tree recipes carry a ``tree:`` section only tree_train reads)."""
-    if name.endswith("-tree.yaml"):
-        config, tree = tree_train.load_tree_recipe(RECIPES / name)
-        assert tree.num_leaves == config.train.group_size
-        return config
-    return config_module.load_config(RECIPES / name)
+    """The trainer config of a recipe (tree recipes select ``rollout.sampler: tree``)."""
+    config = config_module.load_config(RECIPES / name)
+    assert config.rollout.sampler == ("tree" if name.endswith("-tree.yaml") else "flat")
+    return config
 
 
 @pytest.mark.parametrize("name", ["tools-tree.yaml", "qwen2.5-0.5b-tools.yaml"])
@@ -50,14 +46,14 @@ def test_tools_tree_recipe_runs_one_step(tmp_path: Path) -> None:
 
     overrides = [
         "sft.num_demos=40", "sft.max_steps=5", "model.corpus_episodes=40", "train.num_steps=1",
-        "train.tasks_per_step=2", "train.group_size=3", "tree.global_samples=1", "algorithm.drop_zero_variance_groups=false",
+        "train.tasks_per_step=2", "train.group_size=3", "rollout.tree.global_samples=1", "algorithm.drop_zero_variance_groups=false",
         "eval.num_tasks=2", "eval.k=1", "env.max_turns=4", f"output.dir={tmp_path / 'run'}",
         "output.progress=false", "output.tensorboard=false",
     ]  # fmt: skip
-    result = tree_train.train_tree(RECIPES / "tools-tree.yaml", overrides)
+    trainer = pytest.importorskip("rlvr_gym_agents.trainer")
+    result = trainer.train(config_module.load_config(RECIPES / "tools-tree.yaml", overrides))
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     step = next(r for r in records if r["phase"] == "rl")
     assert step["step"] == 1 and 0.0 <= step["reward_mean"] <= 1.0
     assert set(result) >= {"before", "after"}
-    tree_metrics = [json.loads(line) for line in (tmp_path / "run" / "tree_metrics.jsonl").read_text().splitlines()]
-    assert tree_metrics and tree_metrics[0]["branches"] >= 1  # the tool env was forked mid-episode
+    assert step["tree/branches"] >= 1  # the tool env was forked mid-episode

@@ -11,10 +11,10 @@ RECIPES = Path(__file__).resolve().parents[2] / "agents" / "recipes"
 
 
 def test_web_tree_recipe_loads() -> None:
-    tree_train = pytest.importorskip("rlvr_gym_agents.tree_train")
-    config, tree = tree_train.load_tree_recipe(RECIPES / "web-tree.yaml")
+    config_module = pytest.importorskip("rlvr_gym_agents.config")
+    config = config_module.load_config(RECIPES / "web-tree.yaml")
     assert config.env.env_id == "web/Settings-v0" and config.sft.expert == "oracle"
-    assert tree.global_samples == 2
+    assert config.rollout.sampler == "tree" and config.rollout.tree.global_samples == 2
 
 
 def test_gpu_web_recipe_loads() -> None:
