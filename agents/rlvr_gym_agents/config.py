@@ -266,6 +266,9 @@ def load_config(recipe: str | Path | None, overrides: list[str] | None = None) -
         if not sep or not key:
             raise ConfigError(f"override {override!r} must look like key=value (e.g. train.num_steps=30)")
         _set_path(raw, key.strip().split("."), yaml.safe_load(value))
+    if "tree" in raw:
+        raise ConfigError("the top-level tree: section is now rollout.tree (with rollout.sampler: tree); "
+                          "overrides are rollout.tree.<key>=...")
     derived = {"num_leaves": "train.group_size", "reuse_kv_cache": "rollout.reuse_kv_cache", "max_turns": "env.max_turns"}
     tree_raw = (raw.get("rollout") or {}).get("tree") or {}
     if isinstance(tree_raw, dict) and tree_raw:

@@ -3,7 +3,9 @@ episodes it held (an ``ENV_CRASH`` failure in their trajectories) and the traini
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,7 +13,7 @@ import torch
 from rlvr_gym_agents.chat import ChatFormat
 from rlvr_gym_agents.config import load_config
 from rlvr_gym_agents.policy import SamplingParams, TransformersPolicy
-from rlvr_gym_agents.trainer import collect_rollouts, env_factory_of, ppo_update, rollout_metrics
+from rlvr_gym_agents.trainer import collect_rollouts, env_factory_of, ppo_update, rollout_metrics, train
 from rlvr_gym_agents.tree_sampler import TreeSampler
 
 from rlvr_gym import Env, FailureKind
@@ -19,6 +21,21 @@ from rlvr_gym.testing.toy import echo_tasks
 from rlvr_gym.workers import EnvPool, RemoteEnv
 
 pytestmark = pytest.mark.slow  # a local Ray instance and two worker processes: ~10-20 s on a loaded 2-core box
+
+
+def test_a_tree_training_run_on_env_workers(tiny_model_dir: Path, tmp_path: Path, echo_tree_run: Any) -> None:
+    """``train`` end to end with ``env.num_workers=2``: rollouts, forks and evaluations run in the workers, and
+    the pool (with the Ray instance it started) is gone afterwards."""
+    import ray
+
+    ray_was_running = ray.is_initialized()
+    summary = train(load_config(None, echo_tree_run(tiny_model_dir, tmp_path, "run", 1, "env.num_workers=2",
+                                                    "env.remote=[testing/*]")))
+    steps = [r for r in map(json.loads, (tmp_path / "run" / "metrics.jsonl").read_text().splitlines())
+             if r["phase"] == "rl"]
+    assert steps[0]["tree/leaves_per_task"] == [4, 4] and steps[0]["tree/branches"] >= 1
+    assert "failures/env_crash" not in steps[0] and summary["after"]["num_tasks"] == 4
+    assert ray.is_initialized() == ray_was_running  # a pool that started Ray stops it
 
 
 @pytest.fixture(scope="module")
@@ -91,3 +108,4 @@ def test_env_factory_of_runs_remote_envs_and_closes_its_pool() -> None:
         env.close()
     with pytest.raises(RuntimeError, match="closed"):
         pool.make("testing/Echo-v0")
+

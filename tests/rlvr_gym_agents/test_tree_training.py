@@ -15,7 +15,7 @@ from rlvr_gym_agents.cli import train_main
 from rlvr_gym_agents.config import ConfigError, load_config
 from rlvr_gym_agents.policy import SamplingParams, TransformersPolicy
 from rlvr_gym_agents.rollout import run_episodes
-from rlvr_gym_agents.trainer import collect_rollouts, ppo_update
+from rlvr_gym_agents.trainer import collect_rollouts, ppo_update, train
 from rlvr_gym_agents.tree_sampler import TreeSampler
 
 from rlvr_gym.testing.toy import echo_tasks
@@ -44,6 +44,7 @@ def test_tree_recipe_selects_the_tree_sampler_and_derives_its_leaves() -> None:
         ("rollout.sampler=forest", "rollout.sampler must be flat or tree"),
         ("algorithm.credit=hard", "algorithm.credit must be one of"),
         ("env.num_workers=-1", "env.num_workers must be >= 0"),
+        ("tree.seed=1", "now rollout.tree"),
     ],
 )
 def test_bad_tree_settings_raise(override: str, match: str) -> None:
@@ -131,6 +132,23 @@ def test_per_token_tree_credit_trains(tiny_policy: TransformersPolicy, credit: s
     metrics = ppo_update(tiny_policy.model, optimizer, rollouts.trajectories, rollouts.advantages, config, None,
                          tiny_policy.pad_token_id)
     assert torch.isfinite(torch.tensor(metrics["loss"]))
+
+
+def test_a_resumed_tree_run_ends_in_the_same_state_as_an_uninterrupted_one(
+    tiny_model_dir: Path, tmp_path: Path, echo_tree_run: Any
+) -> None:
+    train(load_config(None, echo_tree_run(tiny_model_dir, tmp_path, "straight", 2)))
+    train(load_config(None, echo_tree_run(tiny_model_dir, tmp_path, "split", 1)))
+    train(load_config(None, echo_tree_run(tiny_model_dir, tmp_path, "split", 2)))
+    a = TransformersPolicy.from_pretrained(str(tmp_path / "straight" / "checkpoint")).model.state_dict()
+    b = TransformersPolicy.from_pretrained(str(tmp_path / "split" / "checkpoint")).model.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    runs = {run: [r for r in map(json.loads, (tmp_path / run / "metrics.jsonl").read_text().splitlines())
+                  if r["phase"] == "rl"] for run in ("straight", "split")}
+    assert [s["step"] for s in runs["split"]] == [1, 2] and all(s["tree/leaves_per_task"] == [4, 4] for s in runs["split"])
+    sampled = [key for key in runs["straight"][1] if key.startswith("tree/") or key in ("reward_mean", "tokens_mean")]
+    assert "tree/tokens_generated" in sampled  # the resumed step 2 grew the same trees as the uninterrupted one
+    assert {k: runs["straight"][1][k] for k in sampled} == {k: runs["split"][1][k] for k in sampled}
 
 
 @pytest.mark.slow  # tiny model build + short warm start + 2 tree steps + 2 evaluations: ~1-2 min on 2 cores
