@@ -2,6 +2,8 @@
 
 Registers (when imported):
 
+- ``textworld/ALFWorld-Starter-v0``: one kitchen, 3-4 objects, no closed receptacles, pick-and-place and
+  cool-then-place; 10 turns. The world of the CPU quickstart.
 - ``textworld/ALFWorld-Easy-v0``: one kitchen with 4-6 receptacles, 3-6 objects, the four short task types
   (pick_and_place, pick_cool/heat/clean_then_place); 12-turn limit. The CPU quickstart trains on it.
 - ``textworld/ALFWorld-v0``: a kitchen and a second room, 6-10 objects, all six ALFWorld task types; 30 turns.
@@ -46,6 +48,14 @@ __all__ = [
 
 _ENTRY_POINT = "rlvr_gym_textworld.env:ALFWorldEnv"
 
+register(
+    "textworld/ALFWorld-Starter-v0",
+    _ENTRY_POINT,
+    description="ALFWorld-like kitchen, 3-4 objects in sight, put and cool-then-put tasks, 10 turns (CPU quickstart)",
+    kwargs={"difficulty": "starter"},
+    max_turns=10,
+    default_suite="textworld/starter-test",
+)
 register(
     "textworld/ALFWorld-Easy-v0",
     _ENTRY_POINT,

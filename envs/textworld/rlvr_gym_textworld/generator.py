@@ -70,11 +70,14 @@ class Difficulty:
 SHORT_TASK_TYPES = ("pick_and_place", "pick_cool_then_place", "pick_heat_then_place", "pick_clean_then_place")
 
 DIFFICULTIES: dict[str, Difficulty] = {
+    # The world of the pitfalls calibration run: everything in sight (no closed receptacles), two task types.
+    "starter": Difficulty("starter", (1, 1), (3, 4), 0.0, ("pick_and_place", "pick_cool_then_place")),
     "easy": Difficulty("easy", (1, 1), (3, 6), 0.5, SHORT_TASK_TYPES),
     "medium": Difficulty("medium", (2, 2), (6, 10), 0.5, TASK_TYPES),
     "hard": Difficulty("hard", (3, 4), (10, 16), 0.8, TASK_TYPES),
 }
-"""The presets behind ``ALFWorld-Easy-v0`` (one kitchen of 4-6 receptacles, 3-6 objects, four short task
+"""The presets behind ``ALFWorld-Starter-v0`` (one kitchen, 3-4 objects, nothing closed, put and
+cool-then-put tasks), ``ALFWorld-Easy-v0`` (one kitchen of 4-6 receptacles, 3-6 objects, four short task
 types), ``ALFWorld-v0`` and ``ALFWorld-Hard-v0``."""
 
 

@@ -17,11 +17,14 @@ from rlvr_gym.tasks import Split, TaskSuite, tasks_dir
 from rlvr_gym_textworld.suites import generate_tasks
 
 SUITE_ENV: dict[str, str] = {
+    "starter": "textworld/ALFWorld-Starter-v0",
     "easy": "textworld/ALFWorld-Easy-v0",
     "medium": "textworld/ALFWorld-v0",
     "hard": "textworld/ALFWorld-Hard-v0",
 }
 SUITE_SIZES: dict[tuple[str, Split], int] = {
+    ("starter", "train"): 1000,
+    ("starter", "test"): 200,
     ("easy", "train"): 1000,
     ("easy", "dev"): 100,
     ("easy", "test"): 200,

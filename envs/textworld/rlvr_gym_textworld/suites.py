@@ -18,6 +18,7 @@ SPLIT_SEED_BASE: dict[str, int] = {"train": 0, "dev": 1_000_000, "test": 2_000_0
 MAX_TASKS_PER_SPLIT = 1_000_000
 
 ENV_DIFFICULTY: dict[str, str] = {
+    "textworld/ALFWorld-Starter-v0": "starter",
     "textworld/ALFWorld-Easy-v0": "easy",
     "textworld/ALFWorld-v0": "medium",
     "textworld/ALFWorld-Hard-v0": "hard",
