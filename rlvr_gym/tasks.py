@@ -178,7 +178,7 @@ def task_dirs() -> list[Path]:
     import os
 
     extra = [p for p in os.environ.get("RLVR_GYM_TASKS", "").split(os.pathsep) if p]
-    candidates = [*extra, "tasks", Path(__file__).resolve().parent.parent / "tasks"]
+    candidates: list[str | Path] = [*extra, "tasks", Path(__file__).resolve().parent.parent / "tasks"]
     found: list[Path] = []
     for candidate in candidates:
         path = Path(candidate).resolve()
