@@ -1,5 +1,5 @@
 # The README's commands. `make quickstart` is the main job; `make test` the default test tier.
-.PHONY: quickstart test test-browser test-slow setup
+.PHONY: quickstart test test-browser test-slow lint setup
 
 setup:
 	bash .ci/setup
@@ -17,3 +17,8 @@ test-browser: setup
 # Minutes-long runs: full suites, 200-episode leak test, the whole quickstart.
 test-slow: setup
 	.venv/bin/python -m pytest -q -m "slow and not gpu and not docker"
+
+# Style and types (ruff, mypy over every package).
+lint: setup
+	.venv/bin/ruff check .
+	.venv/bin/mypy rlvr_gym agents/rlvr_gym_agents envs/*/rlvr_gym_*

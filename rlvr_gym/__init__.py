@@ -26,11 +26,11 @@ __all__ = [
     "Verifier",
     "list_envs",
     "load_suite",
-    "task_dirs",
-    "tasks_dir",
     "make",
     "register",
     "spec",
+    "task_dirs",
+    "tasks_dir",
 ]
 
 __version__ = "0.1.0"

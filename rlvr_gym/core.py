@@ -110,7 +110,7 @@ class Env(gymnasium.Env[str, str]):
         task: the task of the current episode (a :class:`rlvr_gym.Task` or None).
     """
 
-    metadata: dict[str, Any] = {"render_modes": ["ansi"]}
+    metadata: dict[str, Any] = {"render_modes": ["ansi"]}  # noqa: RUF012  (declared so by gymnasium.Env)
     supports_fork: ClassVar[bool] = True
     max_turns: int = 50
 
@@ -201,7 +201,7 @@ class Env(gymnasium.Env[str, str]):
         self.last_observation = result.observation
         return StepResult(result.observation, float(result.reward), result.terminated, truncated, info)
 
-    def fork(self) -> "Env":
+    def fork(self) -> Env:
         """Returns an independent env in the same state: the same actions give the same observations and
         rewards in both copies, and stepping one leaves the other unchanged.
 
@@ -215,7 +215,7 @@ class Env(gymnasium.Env[str, str]):
             raise ForkNotSupportedError(f"{type(self).__name__} cannot fork; tree rollouts branch at the root")
         return copy.deepcopy(self)
 
-    def fork_by_replay(self) -> "Env":
+    def fork_by_replay(self) -> Env:
         """Builds a fresh env of the same class and constructor arguments, resets it with the same
         arguments and replays the action history. Cost: one reset plus one step per past turn."""
         clone = self.spawn()
@@ -225,7 +225,7 @@ class Env(gymnasium.Env[str, str]):
             clone.step(action)
         return clone
 
-    def spawn(self) -> "Env":
+    def spawn(self) -> Env:
         """Returns a new, un-reset env built with this env's constructor arguments.
 
         The default calls ``type(self)(**self.init_kwargs)``; :func:`rlvr_gym.make` records ``init_kwargs``.

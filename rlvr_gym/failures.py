@@ -56,6 +56,6 @@ class Failure:
         return {"kind": self.kind.value, "message": self.message, "details": dict(self.details)}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Failure":
+    def from_dict(cls, data: dict[str, Any]) -> Failure:
         """Inverse of :meth:`to_dict`. Raises ``ValueError`` on an unknown kind."""
         return cls(FailureKind(data["kind"]), str(data["message"]), dict(data.get("details", {})))

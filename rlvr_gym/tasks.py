@@ -92,13 +92,13 @@ class TaskSuite:
     def __getitem__(self, index: int) -> Task:
         return self.tasks[index]
 
-    def filter(self, split: Split | None = None, env_id: str | None = None) -> "TaskSuite":
+    def filter(self, split: Split | None = None, env_id: str | None = None) -> TaskSuite:
         """Returns the tasks of one split and/or env id, as a new suite."""
         kept = [t for t in self.tasks if (split is None or t.split == split) and (env_id in (None, t.env_id))]
         return TaskSuite(self.name, kept, self.path)
 
     @classmethod
-    def load(cls, path: str | Path) -> "TaskSuite":
+    def load(cls, path: str | Path) -> TaskSuite:
         """Reads a JSONL suite; blank lines and lines starting with ``#`` are skipped.
 
         Raises:
