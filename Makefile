@@ -21,4 +21,4 @@ test-slow: setup
 # Style and types (ruff, mypy over every package).
 lint: setup
 	.venv/bin/ruff check .
-	.venv/bin/mypy rlvr_gym agents/rlvr_gym_agents envs/*/rlvr_gym_*
+	.venv/bin/mypy rlvr_gym agents/rlvr_gym_agents $(filter-out %.egg-info,$(wildcard envs/*/rlvr_gym_*))
