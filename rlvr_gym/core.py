@@ -53,10 +53,14 @@ class TextSpace(gymnasium.spaces.Space[str]):
 
     Args:
         max_length: the longest string in the space, in characters.
+        sample_alphabet: the characters ``sample()`` draws from (default: printable ASCII). Only sampling
+            uses it; ``contains`` accepts any ``str``. An env narrows it when some characters make its
+            dynamics racy (a shell's ``&`` starts background jobs whose output order varies).
     """
 
-    def __init__(self, max_length: int = 1_000_000, seed: int | None = None) -> None:
+    def __init__(self, max_length: int = 1_000_000, seed: int | None = None, sample_alphabet: str | None = None) -> None:
         self.max_length = int(max_length)
+        self.sample_alphabet = sample_alphabet or "".join(chr(c) for c in range(32, 127))
         super().__init__(shape=None, dtype=None, seed=seed)
 
     def contains(self, x: Any) -> bool:
@@ -64,8 +68,8 @@ class TextSpace(gymnasium.spaces.Space[str]):
 
     def sample(self, mask: Any = None, probability: Any = None) -> str:
         length = int(self.np_random.integers(0, min(64, self.max_length) + 1))
-        codes = self.np_random.integers(32, 127, size=length)
-        return "".join(chr(int(c)) for c in codes)
+        picks = self.np_random.integers(0, len(self.sample_alphabet), size=length)
+        return "".join(self.sample_alphabet[int(i)] for i in picks)
 
     @property
     def is_np_flattenable(self) -> bool:

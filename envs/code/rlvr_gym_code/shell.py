@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from rlvr_gym import Env, Failure, FailureKind, RewardResult, StepResult, Task, TaskSuite
+from rlvr_gym import Env, Failure, FailureKind, RewardResult, StepResult, Task, TaskSuite, TextSpace
 from rlvr_gym.sandbox import Sandbox, SandboxLimits, SandboxUnavailableError, get_sandbox
 from rlvr_gym.sandbox.base import collect_files, make_workdir
 from rlvr_gym_code.extract import SHELL_TAGS, extract_code
@@ -75,6 +75,8 @@ class ShellEnv(Env):
     ``fork()`` copies the work dir (exact, even for commands like ``date`` or ``$RANDOM`` whose replay would
     diverge); :meth:`fork_by_replay` is also available.
 
+    Commands that run processes concurrently (``&``, pipes ``|``) can give observations whose line order varies between runs.
+
     Version History:
         v0: first version.
     """
@@ -84,6 +86,10 @@ class ShellEnv(Env):
     def __init__(self, backend: str = "auto", timeout_s: float = 5.0, max_workdir_mb: int = 64,
                  max_turns: int | None = None, render_mode: str | None = None) -> None:
         super().__init__(max_turns=max_turns, render_mode=render_mode)
+        # Random actions (fuzzing, the conformance checker) leave out `&` and `|`: background jobs and the
+        # two sides of a pipe run concurrently, so the order of their error lines is not reproducible. An
+        # agent may still use them; its observations may then vary.
+        self.action_space = TextSpace(sample_alphabet="".join(chr(c) for c in range(32, 127) if chr(c) not in "&|"))
         self.backend = backend
         self.limits = SandboxLimits(timeout_s=timeout_s, cpu_time_s=max(1, int(timeout_s)), memory_limit_mb=512,
                                     output_limit_bytes=16384)
