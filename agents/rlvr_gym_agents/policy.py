@@ -329,9 +329,20 @@ def load_model_and_tokenizer(path_or_id: str, device: str = "cpu",
     """
     if _is_local(path_or_id):
         folder = Path(path_or_id).expanduser()
+        if not folder.is_dir():
+            raise FileNotFoundError(f"model path {folder} does not exist (expected a model directory)")
         if not (folder / "config.json").is_file():
             raise FileNotFoundError(f"model path {folder} has no config.json (is it a model directory?)")
         AutoConfig.from_pretrained(str(folder))
-    tokenizer = load_tokenizer(path_or_id)
-    model = AutoModelForCausalLM.from_pretrained(path_or_id, dtype=getattr(torch, dtype))
+    try:
+        tokenizer = load_tokenizer(path_or_id)
+        model = AutoModelForCausalLM.from_pretrained(path_or_id, dtype=getattr(torch, dtype))
+    except OSError as error:
+        if _is_local(path_or_id):
+            raise
+        raise OSError(
+            f"could not load hub model {path_or_id!r}: it is not in the local Hugging Face cache and the hub "
+            f"did not answer. Download it where there is network (huggingface-cli download {path_or_id}) "
+            f"and point HF_HOME at that cache, or pass a local model directory. ({error.__class__.__name__})"
+        ) from error
     return model.to(device), tokenizer  # type: ignore[arg-type]

@@ -124,3 +124,14 @@ def test_missing_model_or_tokenizer_gives_a_clear_error(tmp_path: Path, tiny_mod
     (only_model / "config.json").write_text((tiny_model_dir / "config.json").read_text())
     with pytest.raises(FileNotFoundError, match="no tokenizer"):
         load_model_and_tokenizer(str(only_model))
+
+
+def test_unreachable_hub_model_gives_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    import transformers
+
+    def offline(*args: object, **kwargs: object) -> None:
+        raise OSError("We couldn't connect to the hub")
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", offline)
+    with pytest.raises(OSError, match=r"could not load hub model 'someone/Missing-0.5B'.*HF_HOME"):
+        load_model_and_tokenizer("someone/Missing-0.5B")
