@@ -42,6 +42,7 @@ import gymnasium
 import numpy as np
 
 from rlvr_gym.failures import Failure, FailureKind
+from rlvr_gym.tasks import Task
 
 
 class TextSpace(gymnasium.spaces.Space[str]):
@@ -246,8 +247,6 @@ class Env(gymnasium.Env[str, str]):
 
 def _coerce_task(task: Any) -> Any:
     """Accepts a Task, a dict in Task form, or None."""
-    from rlvr_gym.tasks import Task
-
     if task is None or isinstance(task, Task):
         return task
     if isinstance(task, dict):
@@ -255,6 +254,6 @@ def _coerce_task(task: Any) -> Any:
     raise TypeError(f"options['task'] must be a rlvr_gym.Task or a dict, got {type(task).__name__}")
 
 
-def seed_everything_from(rng: np.random.Generator) -> int:
+def draw_seed(rng: np.random.Generator) -> int:
     """Draws a 31-bit integer seed from ``rng`` (for sub-generators that need an int)."""
     return int(rng.integers(0, 2**31 - 1))

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from rlvr_gym.core import seed_everything_from
+from rlvr_gym.core import draw_seed
 from rlvr_gym.tasks import Task
 from rlvr_gym.toolcall import Tool, ToolCall, ToolEnv
 from rlvr_gym.verifier import RewardResult
@@ -135,7 +135,7 @@ class MathEnv(ToolEnv):
         self.answer = ""
 
     def _start(self, task: Task | None) -> tuple[str, list[Tool], dict[str, Any]]:
-        data = task.data if task is not None else generate_problem(seed_everything_from(self.np_random), self.templates)
+        data = task.data if task is not None else generate_problem(draw_seed(self.np_random), self.templates)
         self.answer, self.solution = str(data["answer"]), str(data["solution"])
         prompt = (
             "Solve the problem. Use a tool for the arithmetic, then give only the number as "

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from rlvr_gym.core import seed_everything_from
+from rlvr_gym.core import draw_seed
 from rlvr_gym.tasks import Task
 from rlvr_gym.toolcall import Tool, ToolCall, ToolEnv, ToolError
 from rlvr_gym.verifier import RewardResult
@@ -171,7 +171,7 @@ class MultiHopQAEnv(ToolEnv):
             data = task.data
         else:
             kind = self.question_kinds[int(self.np_random.integers(len(self.question_kinds)))]
-            data = generate_task_data(seed_everything_from(self.np_random), self.hops, kind, self.kb_config)
+            data = generate_task_data(draw_seed(self.np_random), self.hops, kind, self.kb_config)
         self.kb = build_kb(int(data["kb_seed"]), KBConfig(**data["kb_config"]))
         self.answer, self.data = str(data["answer"]), data
         prompt = (
