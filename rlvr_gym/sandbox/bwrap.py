@@ -35,6 +35,9 @@ _LAUNCHER_ENV = {"PATH": "/usr/bin:/bin"}
 # procps' kill if present (fast), else the system Python: either sends SIGKILL to every process of its uid.
 _KILL_ALL = ([shutil.which("kill", path="/usr/bin:/bin") or "", "-KILL", "-1"] if shutil.which("kill", path="/usr/bin:/bin")
              else ["/usr/bin/python3", "-I", "-S", "-c", "import os, signal; os.kill(-1, signal.SIGKILL)"])
+# util-linux's setpriv drops the launcher to a run's host uid; unlike Popen(user=...), which must fork() the
+# whole (large) parent, it lets Python start the launcher with vfork(): about 8 ms less per run.
+_SETPRIV = shutil.which("setpriv", path="/usr/bin:/bin")
 _ETC_ENTRIES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime", "mime.types")
 _NETWORK_ETC_ENTRIES = ("resolv.conf", "hosts", "nsswitch.conf", "ssl", "ca-certificates")
 _BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": WORKDIR_MOUNT, "LANG": "C.UTF-8",
@@ -102,10 +105,11 @@ class BwrapSandbox:
             files, host_uid, self.workdir_root)
         outcome = None
         try:
-            cmd = self._command(argv, workdir, limits, env or {}, host_uid)
+            as_user, user = _launch_as(host_uid)
+            cmd = as_user + self._command(argv, workdir, limits, env or {}, host_uid)
             outcome = run_process_tree(
                 cmd, stdin=stdin, timeout_s=limits.timeout_s, output_limit_bytes=limits.output_limit_bytes,
-                env=_LAUNCHER_ENV, user=host_uid if os.geteuid() == 0 else None,
+                env=_LAUNCHER_ENV, user=user,
                 disk_exceeded=DiskWatch(workdir, limits.disk_limit_mb).exceeded,
             )
             stdout = outcome.stdout.decode("utf-8", "replace")
@@ -143,8 +147,8 @@ class BwrapSandbox:
         host_uid = _host_uid()
         workdir = make_workdir(files, host_uid, self.workdir_root)
         try:
-            cmd = self._command(argv, workdir, limits, env or {}, host_uid)
-            user = host_uid if os.geteuid() == 0 else None
+            as_user, user = _launch_as(host_uid)
+            cmd = as_user + self._command(argv, workdir, limits, env or {}, host_uid)
             session = SandboxSession(cmd, limits, workdir, user, _LAUNCHER_ENV, signal_offset=True)
             session.on_close = functools.partial(_sweep, host_uid)
             return session
@@ -198,6 +202,20 @@ def _prlimit_args(limits: SandboxLimits, host_uid: int) -> list[str]:
     ]
 
 
+def _launch_as(host_uid: int) -> tuple[list[str], int | None]:
+    """How the launcher becomes the run's host uid: a command prefix, or the uid for ``Popen(user=...)``.
+
+    As root: ``setpriv`` with real, effective and saved uid and gid set to ``host_uid`` and no supplementary
+    groups (the same credentials as ``Popen(user=, group=, extra_groups=[])``, capabilities dropped by the
+    uid change); without ``setpriv``, Popen's own switch. Not root: nothing to switch.
+    """
+    if os.geteuid() != 0:
+        return [], None
+    if _SETPRIV:
+        return [_SETPRIV, f"--reuid={host_uid}", f"--regid={host_uid}", "--clear-groups", "--"], None
+    return [], host_uid
+
+
 def _host_uid() -> int:
     if os.geteuid() == 0:
         return HOST_UID_BASE + secrets.randbelow(2**24)
@@ -220,8 +238,9 @@ def _sweep(host_uid: int) -> None:
     """
     if os.geteuid() != 0 or host_uid < HOST_UID_BASE:
         return
-    subprocess.run(_KILL_ALL, check=False, capture_output=True, user=host_uid, group=host_uid,
-                   extra_groups=[], env=_LAUNCHER_ENV, timeout=10)
+    as_user, user = _launch_as(host_uid)
+    subprocess.run(as_user + _KILL_ALL, check=False, capture_output=True, user=user, group=user,
+                   extra_groups=None if user is None else [], env=_LAUNCHER_ENV, timeout=10)
 
 
 def _count_processes(uid: int) -> int:
@@ -239,7 +258,7 @@ def _launcher_error(returncode: int | None, stderr: str) -> str | None:
     """bwrap reports its own setup failures as ``bwrap: ...`` on stderr with status 1."""
     if returncode == 1 and stderr.startswith("bwrap: "):
         return stderr.strip().splitlines()[0]
-    if returncode in (126, 127) and stderr.startswith("prlimit: "):
+    if returncode in (126, 127) and stderr.startswith(("prlimit: ", "setpriv: ")):
         return stderr.strip().splitlines()[0]
     return None
 

@@ -101,6 +101,15 @@ class SandboxSession:
         self._buffer = bytearray(rest)
         return line if len(line) <= max_bytes else None
 
+    def restart_clock(self) -> None:
+        """Starts the wall-clock limit (and ``duration_s``) afresh from now.
+
+        For a session started ahead of time that has so far run only trusted code (e.g. a shell waiting on
+        stdin for the go-ahead), so the untrusted part gets the full ``timeout_s``.
+        """
+        self.start = time.monotonic()
+        self.deadline = self.start + self.limits.timeout_s
+
     @property
     def timed_out(self) -> bool:
         """Whether the wall-clock limit has passed."""

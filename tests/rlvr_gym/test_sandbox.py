@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import signal
+import time
 import warnings
 
 import pytest
@@ -173,6 +174,15 @@ def test_spawned_session_deadline(box) -> None:  # type: ignore[no-untyped-def]
     assert session.read_line() is None and session.timed_out
     result = session.close()
     assert result.timed_out and result.exit_code is None and result.duration_s < 3.0
+
+
+def test_restart_clock_gives_the_full_limit_from_the_go_ahead(box) -> None:  # type: ignore[no-untyped-def]
+    session = box.spawn(["sh", "-c", "read -r go; sleep 1; echo done"], limits=SandboxLimits(timeout_s=2.0))
+    time.sleep(1.5)  # waiting on stdin, ahead of time: without the restart only 0.5 s would be left
+    session.restart_clock()
+    assert session.write(b"go\n") and session.read_line() == b"done"
+    result = session.close()
+    assert result.exit_code == 0 and not result.timed_out and 1.0 <= result.duration_s < 2.0
 
 
 def test_network_flag(box) -> None:  # type: ignore[no-untyped-def]
