@@ -115,12 +115,12 @@ def test_correct_design_with_allowed_directives_still_passes(judge: RtlJudge, co
     assert judge.judge(counter, gold_action(code)).result.success
 
 
-@pytest.mark.parametrize("script", ["_SCRIPT_SEQUENTIAL", "_SCRIPT_PARALLEL"])
+@pytest.mark.parametrize("script", ["alone_sequential", "alone_parallel"])
 def test_sequential_and_parallel_scripts_agree(script: str, judge: RtlJudge, counter: RtlProblem,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     import rlvr_gym_rtl.judge as judge_module
 
-    monkeypatch.setattr(judge_module, "_script_for_load", lambda: getattr(judge_module, script))
+    monkeypatch.setattr(judge_module, "_script_for_load", lambda: script)
     facts = judge.problem_facts(counter)
     stages = {}
     for name, code in {"alone": ATTEMPTS["final_zeroes_counters"], "build": HEADER.replace("] q", "] qq") + "endmodule\n",

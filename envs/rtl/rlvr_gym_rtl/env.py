@@ -121,6 +121,10 @@ class VerilogEnv(Env):
         obs = f"{judgement.feedback}\n\nSubmit a corrected design ({left} submission{'s' if left > 1 else ''} left)."
         return StepResult(obs, 0.0, False, False, info)
 
+    def close(self) -> None:
+        """Stops the judge's warm sandbox (forks share the judge; the next judgement starts another)."""
+        self.judge.close()
+
     def oracle_action(self) -> str:
         """The reference design renamed to ``TopModule``, as an answer: a pass in one submission (for
         demonstrations and warm starts; see ``rlvr_gym_agents.sft``).

@@ -16,9 +16,11 @@ Pipeline for one candidate (stages named as in :data:`rlvr_gym_rtl.verdict.Stage
    candidate, *in that order* (the candidate's compiler directives cannot reach the files before it).
 5. ``simulate``: ``vvp -n``; the testbench's verdict line is tagged with a fresh random nonce.
 
-Stages 3-5 run as one script in one :mod:`rlvr_gym.sandbox` run (one sandbox start) under a wall-clock
-limit; the two compiles run side by side when the machine has an idle core. The reference runs through
-the same pipeline once per problem to learn its sample count (cached per process by
+Stages 3-5 run as one script in one :mod:`rlvr_gym.sandbox` run under a wall-clock limit, in a sandbox
+started ahead of time (:mod:`rlvr_gym_rtl.runner`); the two compiles run side by side when the machine has
+an idle core. The lint (stage 2) runs in this process while the sandbox compiles: when it rejects the
+design, the run is stopped and the rejection is the verdict, whatever the simulation would have said. The
+reference runs through the same pipeline once per problem to learn its sample count (cached per process by
 :attr:`RtlProblem.key`). The verdict itself is the pure :func:`rlvr_gym_rtl.verdict.verdict`.
 """
 
@@ -44,6 +46,7 @@ from rlvr_gym_rtl.lint import (
     module_ports,
 )
 from rlvr_gym_rtl.problem import REF_MODULE, RtlProblem
+from rlvr_gym_rtl.runner import ScriptRunner, StartedRun
 from rlvr_gym_rtl.verdict import JudgeOutcome, RewardConfig, SimSummary, feedback, parse_sim_output, verdict
 
 IVERILOG_FLAGS = ("-Wall", "-Winfloop", "-Wno-timescale", "-g2012")
@@ -58,6 +61,8 @@ _SCRIPT_PARALLEL = (
 )
 """The two compiles run side by side when a core is idle, else one after the other (same verdicts)."""
 _SCRIPT_BUILD_ONLY = f"{_BUILD} || exit {_EXIT_BUILD}\nexec vvp -n sim.vvp\n"
+_SCRIPTS = {"alone_parallel": _SCRIPT_PARALLEL, "alone_sequential": _SCRIPT_SEQUENTIAL, "build_only": _SCRIPT_BUILD_ONLY}
+_COLLECT = ("alone.log", "build.log")
 _SYNTH_SCRIPT = f"yosys -q -p 'read_verilog -sv cand.sv; synth -top {TOP_MODULE}' >synth.log 2>&1"
 _LOG_CHARS = 1500
 RTL_IMAGE = "rlvr-gym/rtl:latest"
@@ -113,6 +118,8 @@ class RtlJudge:
         sandbox: a sandbox back-end name for :func:`rlvr_gym.sandbox.get_sandbox`, or a sandbox object.
         standalone_elaboration: ``"auto"`` (Icarus elaborates the candidate alone when it has a dotted name)
             or ``"always"``.
+        warm_sandbox: keep one sandbox started ahead of time for the next judgement (see
+            :mod:`rlvr_gym_rtl.runner`; it holds a few idle processes until :meth:`close`).
 
     Raises:
         rlvr_gym.sandbox.SandboxUnavailableError: when no sandbox can run here.
@@ -129,6 +136,7 @@ class RtlJudge:
         memory_limit_mb: int = 2048,
         sandbox: str | Sandbox = "auto",
         standalone_elaboration: str = "auto",
+        warm_sandbox: bool = True,
     ) -> None:
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
@@ -141,6 +149,11 @@ class RtlJudge:
             file_size_limit_mb=64, output_limit_bytes=256 * 1024,
         )
         self.sandbox = _rtl_sandbox(sandbox) if isinstance(sandbox, str) else sandbox
+        self.runner = ScriptRunner(self.sandbox, self.limits, _SCRIPTS, warm=warm_sandbox)
+
+    def close(self) -> None:
+        """Stops the sandbox kept warm for the next judgement (a later judgement starts another)."""
+        self.runner.close()
 
     def __deepcopy__(self, memo: dict[int, Any]) -> RtlJudge:
         return self  # stateless apart from the shared cache and the sandbox handle; forks share it
@@ -163,13 +176,20 @@ class RtlJudge:
     def judge_code(self, problem: RtlProblem, code: str, facts: _ProblemFacts | None = None) -> Judgement:
         """Scores an already extracted design (lint, compile, simulate, verdict)."""
         facts = facts or self.problem_facts(problem)
-        problems = lint_candidate(code, facts.ports, facts.names)
+        standalone = self.standalone_elaboration == "always" or has_dotted_names(code)
+        nonce, started = self._start(problem, code, standalone)
+        try:
+            problems = lint_candidate(code, facts.ports, facts.names)  # while the sandbox compiles
+        except BaseException:
+            self.runner.cancel(started)
+            raise
         if problems:
+            self.runner.cancel(started)  # a lint rejection is the verdict, whatever the simulation says
             outcome = JudgeOutcome("lint", tuple(problems))
             rejected = Failure(FailureKind.INVALID_ACTION, "; ".join(problems)[:500], {"problems": problems})
             return Judgement(verdict(outcome, self.config), outcome, code, rejected)
-        standalone = self.standalone_elaboration == "always" or has_dotted_names(code)
-        outcome, run = self._simulate(problem, code, facts.expected_samples, standalone)
+        run = self.runner.finish(started, _COLLECT)
+        outcome = _outcome(run, nonce, facts.expected_samples)
         if self.config.require_synthesis and outcome.stage == "simulate":
             outcome = dataclasses.replace(outcome, synthesizable=self._synthesizes(code))
         failure: Failure | None = run.failure() if outcome.stage == "simulate" else None
@@ -208,21 +228,15 @@ class RtlJudge:
     def _simulate(
         self, problem: RtlProblem, code: str, expected: int | None, standalone: bool = True
     ) -> tuple[JudgeOutcome, SandboxResult]:
+        nonce, started = self._start(problem, code, standalone)
+        run = self.runner.finish(started, _COLLECT)
+        return _outcome(run, nonce, expected), run
+
+    def _start(self, problem: RtlProblem, code: str, standalone: bool) -> tuple[str, StartedRun]:
+        """Starts stages 3-5 on ``code``; returns the run's verdict nonce and the started run."""
         nonce = "RLVR-" + secrets.token_hex(8)
         files = {"test.sv": problem.prepared_testbench(nonce), "ref.sv": problem.reference, "cand.sv": code}
-        script = _script_for_load() if standalone else _SCRIPT_BUILD_ONLY
-        run = self.sandbox.run(["sh", "-c", script], files=files, limits=self.limits,
-                               collect=("alone.log", "build.log"))
-        logs = {name: data.decode("utf-8", "replace") for name, data in run.files.items()}
-        if run.sandbox_error is None and run.exit_code == _EXIT_ALONE:
-            return JudgeOutcome("compile_alone", compile_log=_trim(logs.get("alone.log", ""))), run
-        if run.sandbox_error is None and run.exit_code == _EXIT_BUILD:
-            return JudgeOutcome("compile", compile_log=_trim(_candidate_lines(logs.get("build.log", "")))), run
-        sim = parse_sim_output(run.stdout, nonce)
-        outcome = JudgeOutcome("simulate", exit_code=run.exit_code, timed_out=run.timed_out,
-                               killed_by=run.killed_by or (f"sandbox: {run.sandbox_error}" if run.sandbox_error else None),
-                               sim=sim, expected_samples=expected)
-        return outcome, run
+        return nonce, self.runner.start(_script_for_load() if standalone else "build_only", files)
 
     def _synthesizes(self, code: str) -> bool:
         run = self.sandbox.run(["sh", "-c", _SYNTH_SCRIPT], files={"cand.sv": code}, limits=self.limits)
@@ -240,13 +254,25 @@ def _rtl_sandbox(backend: str) -> Sandbox:
     return sandbox
 
 
+def _outcome(run: SandboxResult, nonce: str, expected: int | None) -> JudgeOutcome:
+    """What stages 3-5 observed, from the script's exit status, logs and output."""
+    logs = {name: data.decode("utf-8", "replace") for name, data in run.files.items()}
+    if run.sandbox_error is None and run.exit_code == _EXIT_ALONE:
+        return JudgeOutcome("compile_alone", compile_log=_trim(logs.get("alone.log", "")))
+    if run.sandbox_error is None and run.exit_code == _EXIT_BUILD:
+        return JudgeOutcome("compile", compile_log=_trim(_candidate_lines(logs.get("build.log", ""))))
+    return JudgeOutcome("simulate", exit_code=run.exit_code, timed_out=run.timed_out,
+                        killed_by=run.killed_by or (f"sandbox: {run.sandbox_error}" if run.sandbox_error else None),
+                        sim=parse_sim_output(run.stdout, nonce), expected_samples=expected)
+
+
 def _script_for_load() -> str:
     """The parallel script when the 1-minute load average leaves a core idle, else the sequential one."""
     try:
         idle = os.getloadavg()[0] < (os.cpu_count() or 1) - 1
     except OSError:  # getloadavg is unavailable on some platforms
         idle = False
-    return _SCRIPT_PARALLEL if idle else _SCRIPT_SEQUENTIAL
+    return "alone_parallel" if idle else "alone_sequential"
 
 
 def _candidate_lines(log: str) -> str:
