@@ -139,12 +139,18 @@ def demonstration_ids(demo: Demonstration, chat: ChatFormat) -> tuple[list[int],
     return ids, mask
 
 
-def warmup_cosine(step: int, warmup_steps: int, total_steps: int) -> float:
+def warmup_cosine(step: int, warmup_steps: int, total_steps: int, time_fraction: float = 0.0) -> float:
     """Learning-rate multiplier: linear warm-up to 1 over ``warmup_steps``, then cosine decay to 0.1 at
-    ``total_steps`` (Loshchilov & Hutter 2017, SGDR, without restarts)."""
+    ``total_steps`` (Loshchilov & Hutter 2017, SGDR, without restarts).
+
+    Args:
+        time_fraction: the fraction in [0, 1] of the time budget already spent. The decay follows whichever
+            budget is further along, so a run stopped by its time cap still ends annealed (a fixed step
+            horizon that the time cap cuts short leaves the rate near its peak, and the loss with it).
+    """
     if step < warmup_steps:
         return (step + 1) / warmup_steps
-    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    progress = min(1.0, max((step - warmup_steps) / max(1, total_steps - warmup_steps), time_fraction))
     return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
@@ -155,7 +161,8 @@ def behaviour_cloning(model: torch.nn.Module, examples: Sequence[tuple[list[int]
     """Trains ``model`` by next-token cross-entropy on the masked ids of ``examples``.
 
     Stops at the first of: ``max_steps`` optimizer steps, ``max_time_s`` seconds, or an exponential moving
-    average (0.9) of the loss below ``loss_threshold`` nats/token.
+    average (0.9) of the loss below ``loss_threshold`` nats/token. The learning rate warms up, then decays
+    by :func:`warmup_cosine` over whichever of ``max_steps`` and ``max_time_s`` binds first.
 
     Args:
         model: the causal LM (trained in place).
@@ -167,18 +174,19 @@ def behaviour_cloning(model: torch.nn.Module, examples: Sequence[tuple[list[int]
         ``{"steps", "loss", "elapsed_s", "tokens_per_s", "stopped_by"}``.
     """
     optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: warmup_cosine(s, warmup_steps, max_steps))
     batches = _batches(examples, episodes_per_batch, seed)
     model.train()
     start, ema, tokens, stopped_by, step = time.monotonic(), None, 0, "max_steps", 0
     for step in range(1, max_steps + 1):
+        spent = (time.monotonic() - start) / max_time_s
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate * warmup_cosine(step - 1, warmup_steps, max_steps, min(1.0, spent))
         ids, mask = next(batches)
         loss = _cross_entropy(model, ids, mask)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
-        schedule.step()
         value = loss.item()
         ema = value if ema is None else 0.9 * ema + 0.1 * value
         tokens += int((ids != -1).sum())

@@ -91,7 +91,9 @@ def _train(config: TrainConfig, env_factory: Callable[..., Env]) -> dict[str, An
         if config.sft.enabled:
             state["sft"] = warm_start(config, model, chat, train_tasks, console)
             logger.log({"phase": "sft", "step": 0, **state["sft"]})
-        model.save_pretrained(run_dir / "sft_model")  # the reference policy of the KL term, also on resume
+        # The reference policy of the KL term (also on resume), and a model directory `rlvr-gym eval` loads.
+        model.save_pretrained(run_dir / "sft_model")
+        policy.tokenizer.save_pretrained(run_dir / "sft_model")
         _sync(rollout_policy, policy)
         state["before"] = evaluate_both(config, rollout_policy, chat, test_tasks, console, "before RL", env_factory)
         logger.log({"phase": "eval", "step": 0, **_eval_scalars(state["before"])})

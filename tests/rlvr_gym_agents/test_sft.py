@@ -77,6 +77,16 @@ def test_warmup_cosine_hand_computed() -> None:
     assert warmup_cosine(110, 10, 110) == pytest.approx(0.1)
 
 
+def test_warmup_cosine_follows_the_budget_further_along() -> None:
+    # Time half spent at step 10 of 110: the decay is half-way although the step horizon has barely begun.
+    assert warmup_cosine(10, 10, 110, time_fraction=0.5) == pytest.approx(0.55)
+    assert warmup_cosine(10, 10, 110, time_fraction=1.0) == pytest.approx(0.1)
+    # Steps further along than time: the step progress (0.5) wins over 0.2.
+    assert warmup_cosine(60, 10, 110, time_fraction=0.2) == pytest.approx(0.55)
+    # Warm-up ignores time.
+    assert warmup_cosine(4, 10, 110, time_fraction=0.9) == pytest.approx(0.5)
+
+
 def test_behaviour_cloning_learns_the_echo_task(tiny_model_dir: Path) -> None:
     torch.manual_seed(0)
     model, tokenizer = load_model_and_tokenizer(str(tiny_model_dir))

@@ -94,6 +94,8 @@ def test_a_resumed_run_ends_in_the_same_state_as_an_uninterrupted_one(tiny_model
     records = [json.loads(line) for line in (tmp_path / "split" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if r["phase"] == "rl"] == [1, 2]
     assert (tmp_path / "split" / "learning_curve.png").stat().st_size > 1000
+    # the warm-started policy is a model directory that loads like any other (tokenizer included)
+    assert TransformersPolicy.from_pretrained(str(tmp_path / "split" / "sft_model")).tokenizer is not None
     assert set(straight) == set(resumed) >= {"before", "after"}
 
 
