@@ -122,7 +122,7 @@ def _train(config: TrainConfig, env_factory: Callable[..., Env]) -> dict[str, An
             _sync(rollout_policy, policy)
         # 5. Log, evaluate, checkpoint.
         record = {"phase": "rl", "step": step, "process_cpu_s": time.process_time(), **rollout_metrics(trajectories),
-                  **rollouts.metrics, **update,
+                  **rollouts.metrics, **update, "tokens_generated": generated_tokens(rollouts),
                   "groups_kept": int(keep.sum()) // config.train.group_size, "rollout_s": rollout_s,
                   "step_s": time.monotonic() - step_began}
         logger.log(record)
@@ -205,6 +205,17 @@ def collect_rollouts(config: TrainConfig, policy: Policy, chat: ChatFormat, task
     keep = (nonzero_variance_groups(rewards, groups) if config.algorithm.drop_zero_variance_groups
             else torch.ones_like(rewards, dtype=torch.bool))
     return Rollouts(trajectories, advantages, keep, metrics)
+
+
+def generated_tokens(rollouts: Rollouts) -> int:
+    """Tokens the policy generated for one RL step: the ``tokens_generated`` of the step record.
+
+    Flat: the sum of ``Trajectory.num_generated_tokens`` over the step's episodes. Tree: each token of a shared
+    prefix counted once (the tree metric ``tree/tokens_generated``), not once per leaf that holds it.
+    """
+    if "tree/tokens_generated" in rollouts.metrics:
+        return int(rollouts.metrics["tree/tokens_generated"])
+    return sum(t.num_generated_tokens for t in rollouts.trajectories)
 
 
 @contextlib.contextmanager

@@ -10,9 +10,10 @@ import torch
 from rlvr_gym_agents.chat import ChatFormat
 from rlvr_gym_agents.config import load_config
 from rlvr_gym_agents.policy import SamplingParams, TransformersPolicy
-from rlvr_gym_agents.rollout import run_episodes
+from rlvr_gym_agents.rollout import Trajectory, run_episodes
 from rlvr_gym_agents.run_io import load_checkpoint, save_checkpoint
-from rlvr_gym_agents.trainer import ppo_update, rollout_metrics, train
+from rlvr_gym_agents.trainer import Rollouts, collect_rollouts, generated_tokens, ppo_update, rollout_metrics, train
+from rlvr_gym_agents.tree_sampler import TreeSampler
 
 from rlvr_gym import TaskSuite
 from rlvr_gym.testing.toy import echo_tasks
@@ -93,6 +94,8 @@ def test_a_resumed_run_ends_in_the_same_state_as_an_uninterrupted_one(tiny_model
     assert all(torch.equal(a[k], b[k]) for k in a)
     records = [json.loads(line) for line in (tmp_path / "split" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if r["phase"] == "rl"] == [1, 2]
+    # 2 tasks x 4 episodes, each 1-3 turns (Echo-v0) of 1-4 generated tokens
+    assert all(8 <= r["tokens_generated"] <= 8 * 3 * 4 for r in records if r["phase"] == "rl")
     assert (tmp_path / "split" / "learning_curve.png").stat().st_size > 1000
     # the warm-started policy is a model directory that loads like any other (tokenizer included)
     assert TransformersPolicy.from_pretrained(str(tmp_path / "split" / "sft_model")).tokenizer is not None
@@ -107,3 +110,29 @@ def test_rollout_metrics_hand_computed(tiny_policy: TransformersPolicy) -> None:
     trajectories[1].success = trajectories[2].success = False
     metrics = rollout_metrics(trajectories)
     assert metrics["reward_mean"] == pytest.approx(1 / 3) and metrics["success_rate"] == pytest.approx(1 / 3)
+
+
+def _trajectory(loss_mask: list[int]) -> Trajectory:
+    return Trajectory("t", "testing/Echo-v0", token_ids=list(range(len(loss_mask))), loss_mask=loss_mask)
+
+
+def test_generated_tokens_of_a_step_hand_computed() -> None:
+    trajectories = [_trajectory([0, 1, 1, 0, 1]), _trajectory([0, 0, 1, 1]), _trajectory([0, 1])]
+    flat = Rollouts(trajectories, torch.zeros(3), torch.ones(3, dtype=torch.bool), {})
+    assert generated_tokens(flat) == 3 + 2 + 1
+    # a tree's shared prefix is generated once: its count is the tree metric, not the sum over leaves
+    tree = Rollouts(trajectories, torch.zeros(3, 5), torch.ones(3, dtype=torch.bool), {"tree/tokens_generated": 4})
+    assert generated_tokens(tree) == 4
+
+
+def test_tree_generated_tokens_count_shared_prefixes_once(tiny_policy: TransformersPolicy) -> None:
+    config = load_config(None, ["env.env_id=testing/Echo-v0", "train.group_size=4", "rollout.max_new_tokens=4",
+                                "rollout.sampler=tree", "algorithm.credit=treerl", "rollout.tree.global_samples=1",
+                                "rollout.tree.branch.alpha=1.0"])
+    chat = ChatFormat(tiny_policy.tokenizer)
+    sampler = TreeSampler(tiny_policy, chat, config.rollout.tree)
+    rollouts = collect_rollouts(config, tiny_policy, chat, echo_tasks(2), SamplingParams(max_new_tokens=4), 1,
+                                tree_sampler=sampler)
+    per_leaf = sum(t.num_generated_tokens for t in rollouts.trajectories)
+    assert rollouts.metrics["tree/branches"] > 0 and rollouts.metrics["tree/flat_equivalent_tokens"] == per_leaf
+    assert generated_tokens(rollouts) == rollouts.metrics["tree/tokens_generated"] < per_leaf
