@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pickle
 import time
 from collections.abc import Iterator
 
@@ -85,6 +86,13 @@ def test_a_forked_child_never_uses_its_parents_spare(runner: ScriptRunner, monke
     assert run.session is not parents and parents.proc.poll() is None
     assert runner.finish(run).stdout == "child\nin.txt\n"
     parents.close()
+
+
+def test_pickled_copy_starts_its_own_spare(runner: ScriptRunner) -> None:
+    runner.finish(runner.start("show", {"in.txt": "x"}))
+    copy = pickle.loads(pickle.dumps(runner))
+    assert copy._slot == [] and copy.finish(copy.start("show", {"in.txt": "copy\n"})).stdout == "copy\nin.txt\n"
+    copy.close()
 
 
 def test_unknown_script_and_bad_names(runner: ScriptRunner) -> None:

@@ -59,10 +59,21 @@ class ScriptRunner:
         self.sandbox, self.limits, self.scripts = sandbox, limits, dict(scripts)
         self.warm = warm and callable(getattr(sandbox, "spawn", None))
         self._spare_argv = ["sh", "-c", _dispatch_script(self.scripts)]
+        self._reset_spare()
+
+    def _reset_spare(self) -> None:
         self._slot: list[tuple[int, SandboxSession]] = []  # at most one (owner pid, spare)
         self._lock = threading.Lock()
         self._refiller: threading.Thread | None = None
         weakref.finalize(self, _close_all, self._slot, self._lock)
+
+    def __getstate__(self) -> dict[str, object]:
+        """Pickles the configuration only: a copy in another process starts its own spare."""
+        return {k: v for k, v in self.__dict__.items() if k not in ("_slot", "_lock", "_refiller")}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self._reset_spare()
 
     def start(self, script: str, files: Mapping[str, str | bytes]) -> StartedRun:
         """Writes ``files`` into a spare sandbox and gives it the go-ahead to run ``script``; starts the next
