@@ -1,0 +1,82 @@
+"""benchmarks/tree_vs_flat_learning.py: its recipe overrides parse, and its curve arithmetic on hand-made logs."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from rlvr_gym_agents.config import load_config
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "tree_vs_flat_learning.py"
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("tree_vs_flat_learning", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _point(step: int, tokens: float, sampled: float, greedy: float | None = None) -> dict[str, Any]:
+    return {"step": step, "tokens": tokens, "sampled": sampled, "greedy": greedy}
+
+
+def test_both_variants_share_the_quickstart_settings_and_differ_in_sampler_and_credit(bench: ModuleType,
+                                                                                      tmp_path: Path) -> None:
+    args = bench.parse_args(["--seeds", "1", "--steps", "3", "--eval-every", "2", "--eval-tasks", "4",
+                             "--tasks-per-step", "2", "--group-size", "4", "--credit", "gigpo"])
+    common = [*bench.common_overrides(args, 1), "model.path_or_id=/some/dir", "train.max_time_s=null",
+              f"output.dir={tmp_path}"]
+    flat = load_config(bench.FLAT_RECIPE, common)
+    tree = load_config(bench.FLAT_RECIPE, common + bench.tree_overrides(args.credit))
+    assert flat.rollout.sampler == "flat" and tree.rollout.sampler == "tree" and tree.algorithm.credit == "gigpo"
+    assert tree.rollout.tree.global_samples == 2 and tree.rollout.tree.branch.alpha == 0.2  # textworld-tree.yaml
+    assert tree.rollout.tree.num_leaves == flat.train.group_size == 4 and tree.train.max_time_s is None
+    assert tree.env == flat.env and flat.env.env_id == "textworld/ALFWorld-Starter-v0"
+    assert tree.rollout.max_new_tokens == flat.rollout.max_new_tokens and tree.seed == flat.seed == 1
+
+
+def test_learning_curve_sums_step_tokens_up_to_each_evaluation(bench: ModuleType, tmp_path: Path) -> None:
+    records = [
+        {"phase": "eval", "step": 0, "pass@1_sampled": 0.1, "pass@1_greedy": 0.0},
+        {"phase": "rl", "step": 1, "tokens_generated": 100},
+        {"phase": "rl", "step": 2, "tokens_generated": 50},
+        {"phase": "rl", "step": 2, "tokens_generated": 60},  # step 2 again after a resume: the last one counts
+        {"phase": "eval", "step": 2, "pass@1_sampled": 0.25, "pass@1_greedy": 0.5},
+        {"phase": "rl", "step": 3, "tokens_generated": 40},
+        {"phase": "eval", "step": 3, "pass@1_sampled": 0.5, "pass@1_greedy": None},
+    ]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert bench.learning_curve(tmp_path) == [_point(0, 0, 0.1, 0.0), _point(2, 160, 0.25, 0.5),
+                                              _point(3, 200, 0.5, None)]
+
+
+def test_compare_finds_the_first_tree_evaluation_at_flat_final_success(bench: ModuleType) -> None:
+    flat = [_point(0, 0, 0.1), _point(2, 100, 0.3), _point(4, 200, 0.4)]
+    tree = [_point(0, 0, 0.1), _point(2, 60, 0.35), _point(4, 120, 0.45)]
+    row = bench.compare(flat, tree, "sampled")
+    assert (row["reach_step"], row["reach_tokens"], row["ratio"]) == (4, 120, pytest.approx(0.6))
+    assert row["flat_gain"] == pytest.approx(0.3) and (row["flat_tokens"], row["tree_tokens"]) == (200, 120)
+    never = bench.compare(flat, [_point(0, 0, 0.1), _point(4, 120, 0.39)], "sampled")
+    assert never["reach_step"] is None and never["ratio"] is None
+
+
+def test_compare_leaves_out_the_shared_warm_start(bench: ModuleType) -> None:
+    flat = [_point(0, 0, 0.2), _point(2, 100, 0.2)]
+    row = bench.compare(flat, [_point(0, 0, 0.2), _point(1, 30, 0.1), _point(2, 70, 0.2)], "sampled")
+    assert (row["reach_step"], row["ratio"], row["flat_gain"]) == (2, pytest.approx(0.7), pytest.approx(0.0))
+
+
+def test_mean_curve_averages_the_shared_evaluation_steps(bench: ModuleType) -> None:
+    seed_a = [_point(0, 0, 0.1, 0.0), _point(5, 100, 0.3, 0.2), _point(10, 220, 0.5, 0.4)]
+    seed_b = [_point(0, 0, 0.3, 0.2), _point(5, 140, 0.4, None)]  # stopped early; greedy off at step 5
+    mean = bench.mean_curve([seed_a, seed_b])
+    assert [p["step"] for p in mean] == [0, 5]
+    assert mean[1]["tokens"] == 120 and mean[1]["sampled"] == pytest.approx(0.35) and mean[1]["greedy"] is None
+    assert mean[0]["greedy"] == pytest.approx(0.1)
