@@ -203,19 +203,27 @@ def behaviour_cloning(model: torch.nn.Module, examples: Sequence[tuple[list[int]
             "stopped_by": stopped_by}
 
 
-def _batches(examples: Sequence[tuple[list[int], list[int]]], size: int,
-             seed: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Endless shuffled batches of (ids (B, T) padded with -1, mask (B, T))."""
+def _batches(examples: Sequence[tuple[list[int], list[int]]], size: int, seed: int,
+             bucket_batches: int = 16) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Endless shuffled batches of (ids (B, T) padded with -1, mask (B, T)), grouped by length.
+
+    Each pass over the examples is shuffled, cut into pools of ``size * bucket_batches`` examples, each
+    pool sorted by length and cut into batches, and the batches shuffled (as ``group_by_length`` in
+    transformers' Trainer): every example is seen once per pass, and batches pad far less (26% of the
+    tokens of random batches of 8 text-world episodes are padding).
+    """
     rng = random.Random(seed)
-    order: list[int] = []
     while True:
-        if len(order) < size:
-            fresh = list(range(len(examples)))
-            rng.shuffle(fresh)
-            order += fresh
-        chosen, order = order[:size], order[size:]
-        yield (pad_right([examples[i][0] for i in chosen], -1, torch.long),
-               pad_right([examples[i][1] for i in chosen], 0, torch.long))
+        order = list(range(len(examples)))
+        rng.shuffle(order)
+        batches: list[list[int]] = []
+        for start in range(0, len(order), size * bucket_batches):
+            pool = sorted(order[start:start + size * bucket_batches], key=lambda i: len(examples[i][0]))
+            batches += [pool[i:i + size] for i in range(0, len(pool), size)]
+        rng.shuffle(batches)
+        for chosen in batches:
+            yield (pad_right([examples[i][0] for i in chosen], -1, torch.long),
+                   pad_right([examples[i][1] for i in chosen], 0, torch.long))
 
 
 def _cross_entropy(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

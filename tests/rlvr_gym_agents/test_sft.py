@@ -11,6 +11,7 @@ from rlvr_gym_agents.chat import ChatFormat
 from rlvr_gym_agents.policy import load_model_and_tokenizer
 from rlvr_gym_agents.sft import (
     Demonstration,
+    _batches,
     behaviour_cloning,
     demonstrate,
     demonstration_ids,
@@ -85,6 +86,19 @@ def test_warmup_cosine_follows_the_budget_further_along() -> None:
     assert warmup_cosine(60, 10, 110, time_fraction=0.2) == pytest.approx(0.55)
     # Warm-up ignores time.
     assert warmup_cosine(4, 10, 110, time_fraction=0.9) == pytest.approx(0.5)
+
+
+def test_batches_group_by_length_and_cover_each_example_once_per_pass() -> None:
+    lengths = [9, 3, 14, 1, 16, 6, 11, 4, 13, 2, 8, 15, 5, 12, 7, 10]
+    examples = [([5] * n, [1] * n) for n in lengths]
+    batches = _batches(examples, size=4, seed=0, bucket_batches=4)
+    first_pass = [next(batches) for _ in range(4)]
+    # one pool of 16 sorted by length, cut into 4 batches of neighbours (order of batches shuffled)
+    got = sorted(sorted(int((row >= 0).sum()) for row in ids) for ids, _ in first_pass)
+    assert got == [[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12], [13, 14, 15, 16]]
+    ids, mask = first_pass[0]
+    assert ids.shape[0] == 4 and ids.shape[1] == int((ids >= 0).sum(dim=1).max())  # padded to the longest only
+    assert int(mask.sum()) == int((ids >= 0).sum())
 
 
 def test_behaviour_cloning_learns_the_echo_task(tiny_model_dir: Path) -> None:
