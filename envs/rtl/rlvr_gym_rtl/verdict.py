@@ -137,7 +137,8 @@ def verdict(outcome: JudgeOutcome, config: RewardConfig = RewardConfig()) -> Rew
         sim = outcome.sim
         assert sim is not None and sim.samples is not None and sim.mismatches is not None
         components["sim_completed"] = 1.0
-        components["match_fraction"] = 1.0 - sim.mismatches / sim.samples if sim.samples else 0.0
+        # clamped: a verdict line claiming more mismatches than samples must not make the reward negative
+        components["match_fraction"] = max(0.0, 1.0 - sim.mismatches / sim.samples) if sim.samples else 0.0
         if sim.mismatches == 0:
             if config.require_synthesis and not outcome.synthesizable:
                 reason = "simulation passed but yosys could not synthesise the design"
