@@ -29,7 +29,7 @@ def runner() -> Iterator[ScriptRunner]:
         box = get_sandbox("bwrap")
     except SandboxUnavailableError as error:
         pytest.skip(str(error))
-    made = ScriptRunner(box, SandboxLimits(timeout_s=2.0, output_limit_bytes=1000), SCRIPTS)
+    made = ScriptRunner(box, SandboxLimits(timeout_s=3.0, output_limit_bytes=1000), SCRIPTS)
     yield made
     made.close()
 
@@ -47,7 +47,7 @@ def test_each_run_gets_a_fresh_sandbox(runner: ScriptRunner) -> None:
 
 def test_wall_clock_limit_counts_from_the_go_ahead(runner: ScriptRunner) -> None:
     runner.finish(runner.start("show", {"in.txt": "x"}))  # leaves a spare waiting
-    time.sleep(1.0)  # longer than the 2 s limit minus the run's 1.5 s
+    time.sleep(2.0)  # longer than the 3 s limit minus the run's 1.5 s
     result = runner.finish(runner.start("slow", {}))
     assert result.ok and result.stdout == "done\n" and not result.timed_out
 
