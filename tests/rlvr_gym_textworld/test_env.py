@@ -171,6 +171,23 @@ def test_custom_difficulty_from_a_dict() -> None:
         rlvr_gym.make("textworld/ALFWorld-v0", difficulty={"rooms": 2})
 
 
+def test_contents_in_sight_lists_every_open_receptacle_on_the_first_observation() -> None:
+    env = rlvr_gym.make("textworld/ALFWorld-Starter-v0")
+    obs, _ = env.reset(seed=0)
+    state = env.world_state
+    for receptacle in state.house.room_receptacles[state.room]:
+        assert f"the {receptacle}, you see " in obs
+        for obj in state.contents[receptacle]:
+            assert f"{obj}" in obs
+    assert state.observed == set(state.house.room_receptacles[state.room])
+    look = env.step("look")[0]  # look describes the room again, contents included
+    assert all(f"the {r}, you see " in look for r in state.house.room_receptacles[state.room])
+    easy = rlvr_gym.make("textworld/ALFWorld-Easy-v0")
+    obs, _ = easy.reset(seed=0)
+    assert ", you see a" not in obs.split("Looking around, you see", 1)[1]  # ALFWorld: contents on arrival only
+    assert easy.world_state.observed == set()
+
+
 @settings(max_examples=150, deadline=None)
 @given(st.text(max_size=40))
 def test_env_step_never_raises_on_any_text(text: str) -> None:

@@ -2,10 +2,10 @@
 
 Registers (when imported):
 
-- ``textworld/ALFWorld-Starter-v0``: one kitchen, 3-4 objects, no closed receptacles, pick-and-place and
-  cool-then-place; 10 turns. The world of the CPU quickstart.
+- ``textworld/ALFWorld-Starter-v0``: one kitchen, 3-4 objects, no closed receptacles, every object in sight
+  from the first observation, pick-and-place and cool-then-place; 10 turns. The world of the CPU quickstart.
 - ``textworld/ALFWorld-Easy-v0``: one kitchen with 4-6 receptacles, 3-6 objects, the four short task types
-  (pick_and_place, pick_cool/heat/clean_then_place); 12-turn limit. The CPU quickstart trains on it.
+  (pick_and_place, pick_cool/heat/clean_then_place); 12-turn limit.
 - ``textworld/ALFWorld-v0``: a kitchen and a second room, 6-10 objects, all six ALFWorld task types; 30 turns.
 - ``textworld/ALFWorld-Hard-v0``: 3-4 rooms, 10-16 objects, most openable receptacles closed; 50 turns.
 

@@ -142,10 +142,24 @@ def describe_room(state: WorldState, arriving: bool) -> str:
     room = state.room
     head = f"You arrive at the {room}." if arriving else f"You are in the {room}."
     text = f"{head} Looking around, you see {listing(list(state.house.room_receptacles[room]))}."
+    if state.house.contents_in_sight:
+        text += _contents_in_sight(state)
     others = [r for r in state.house.rooms if r != room]
     if others:
         text += f" You can also go to {_the_listing(others)}."
     return text
+
+
+def _contents_in_sight(state: WorldState) -> str:
+    """`` In the drawer 1, you see a spatula 1. On the shelf 1, you see nothing.`` for the room's open
+    receptacles, which become observed."""
+    parts = []
+    for receptacle in state.house.room_receptacles[state.room]:
+        if state.accessible(receptacle):
+            state.observed.add(receptacle)
+            seen = [lamp for lamp, host in state.house.lamps.items() if host == receptacle] + state.contents[receptacle]
+            parts.append(f" {preposition(entity_type(receptacle)).capitalize()} the {receptacle}, you see {listing(seen)}.")
+    return "".join(parts)
 
 
 def _the_listing(names: list[str]) -> str:

@@ -46,7 +46,9 @@ class ALFWorldEnv(Env):
             differs from the goal its seed generates (a suite made by another generator version).
 
     Version History:
-        v0: first version (six task types, multi-room houses, held-out layouts).
+        v0: first version (six task types, multi-room houses, held-out layouts). ``ALFWorld-Starter-v0``
+            lists the contents of the open receptacles in the room's description (``contents_in_sight``)
+            since before its first release.
     """
 
     max_turns = 30

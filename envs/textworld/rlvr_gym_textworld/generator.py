@@ -45,6 +45,9 @@ class Difficulty:
         closed_fraction: probability in [0, 1] that an openable receptacle (fridge, microwave, cabinet,
             drawer, safe) starts closed.
         task_types: the task types drawn from (uniformly) when a task does not name one.
+        contents_in_sight: when True, a room's description also lists what lies in or on each of its open
+            receptacles (nothing is hidden but what closed receptacles hold); ALFWorld shows contents only on
+            arrival (False).
     """
 
     name: str
@@ -52,6 +55,7 @@ class Difficulty:
     num_objects: tuple[int, int]
     closed_fraction: float
     task_types: tuple[str, ...]
+    contents_in_sight: bool = False
 
     def __post_init__(self) -> None:
         if not 1 <= self.num_rooms[0] <= self.num_rooms[1] <= len(ROOM_KINDS):
@@ -71,13 +75,14 @@ SHORT_TASK_TYPES = ("pick_and_place", "pick_cool_then_place", "pick_heat_then_pl
 
 DIFFICULTIES: dict[str, Difficulty] = {
     # The world of the pitfalls calibration run: everything in sight (no closed receptacles), two task types.
-    "starter": Difficulty("starter", (1, 1), (3, 4), 0.0, ("pick_and_place", "pick_cool_then_place")),
+    "starter": Difficulty("starter", (1, 1), (3, 4), 0.0, ("pick_and_place", "pick_cool_then_place"),
+                          contents_in_sight=True),
     "easy": Difficulty("easy", (1, 1), (3, 6), 0.5, SHORT_TASK_TYPES),
     "medium": Difficulty("medium", (2, 2), (6, 10), 0.5, TASK_TYPES),
     "hard": Difficulty("hard", (3, 4), (10, 16), 0.8, TASK_TYPES),
 }
-"""The presets behind ``ALFWorld-Starter-v0`` (one kitchen, 3-4 objects, nothing closed, put and
-cool-then-put tasks), ``ALFWorld-Easy-v0`` (one kitchen of 4-6 receptacles, 3-6 objects, four short task
+"""The presets behind ``ALFWorld-Starter-v0`` (one kitchen, 3-4 objects, nothing closed and every object in
+sight from the first observation, put and cool-then-put tasks), ``ALFWorld-Easy-v0`` (one kitchen of 4-6 receptacles, 3-6 objects, four short task
 types), ``ALFWorld-v0`` and ``ALFWorld-Hard-v0``."""
 
 
@@ -148,6 +153,7 @@ def generate_world(
         receptacle_room={r: room for room, recs in house_rooms.items() for r in recs},
         lamps=lamps,
         objects=tuple(sorted(objects, key=natural_key)),
+        contents_in_sight=level.contents_in_sight,
     )
     return WorldState(house, goal, start_room, start_room, None, contents, is_open, {lamp: False for lamp in lamps})
 

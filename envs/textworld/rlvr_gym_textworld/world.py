@@ -221,6 +221,8 @@ class House:
         receptacle_room: receptacle -> its room.
         lamps: lamp name -> the receptacle it stands on (lamps cannot be taken).
         objects: every pickable object, in natural order.
+        contents_in_sight: a room's description lists the contents of its open receptacles
+            (:attr:`Difficulty.contents_in_sight <rlvr_gym_textworld.generator.Difficulty>`).
     """
 
     layout: str
@@ -229,6 +231,7 @@ class House:
     receptacle_room: dict[str, str]
     lamps: dict[str, str]
     objects: tuple[str, ...]
+    contents_in_sight: bool = False
 
     def receptacles(self) -> list[str]:
         """All receptacles of the house, room by room."""
