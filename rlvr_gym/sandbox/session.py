@@ -78,7 +78,7 @@ class SandboxSession:
 
     def read_line(self, deadline: float | None = None, max_bytes: int = 16 * 1024 * 1024) -> bytes | None:
         """Returns the next line of stdout without its newline, or None on EOF, deadline or a line longer
-        than ``max_bytes``."""
+        than ``max_bytes`` (a too-long line is not consumed: :meth:`close` returns it with the rest)."""
         deadline = min(deadline or self.deadline, self.deadline)
         fd = self.proc.stdout.fileno()  # type: ignore[union-attr]
         with selectors.DefaultSelector() as selector:
@@ -98,8 +98,10 @@ class SandboxSession:
                     return None
                 self._buffer.extend(chunk)
         line, _, rest = bytes(self._buffer).partition(b"\n")
+        if len(line) > max_bytes:
+            return None  # left in the buffer, like a long line still without its newline (close() returns it)
         self._buffer = bytearray(rest)
-        return line if len(line) <= max_bytes else None
+        return line
 
     def restart_clock(self) -> None:
         """Starts the wall-clock limit (and ``duration_s``) afresh from now.

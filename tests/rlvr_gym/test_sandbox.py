@@ -176,6 +176,14 @@ def test_spawned_session_deadline(box) -> None:  # type: ignore[no-untyped-def]
     assert result.timed_out and result.exit_code is None and result.duration_s < 3.0
 
 
+def test_session_keeps_a_too_long_line(box) -> None:  # type: ignore[no-untyped-def]
+    session = box.spawn(["sh", "-c", "echo short; head -c 5000 /dev/zero | tr '\\0' x; echo"], limits=FAST)
+    assert session.read_line() == b"short"
+    time.sleep(0.3)  # the long line and its newline arrive in one read
+    assert session.read_line(max_bytes=1000) is None
+    assert session.close().stdout == "x" * 5000 + "\n"  # not silently dropped
+
+
 def test_restart_clock_gives_the_full_limit_from_the_go_ahead(box) -> None:  # type: ignore[no-untyped-def]
     session = box.spawn(["sh", "-c", "read -r go; sleep 1; echo done"], limits=SandboxLimits(timeout_s=2.0))
     time.sleep(1.5)  # waiting on stdin, ahead of time: without the restart only 0.5 s would be left
