@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import threading
 import time
 from collections.abc import Iterator
 
@@ -70,17 +71,32 @@ def test_cancel_and_close_leave_no_process(runner: ScriptRunner) -> None:
 
 def test_a_dead_spare_is_replaced(runner: ScriptRunner) -> None:
     runner.finish(runner.start("show", {"in.txt": "x"}))
-    runner._join_refiller()
-    _owner, spare = runner._slot[0]
+    _owner, _launcher, spare = runner._slot[0]
     os.killpg(spare.proc.pid, 9)
     spare.proc.wait()
     assert runner.finish(runner.start("show", {"in.txt": "still\n"})).stdout == "still\nin.txt\n"
 
 
+def test_a_spare_whose_launching_thread_ended_is_not_used(runner: ScriptRunner) -> None:
+    worker = threading.Thread(target=lambda: runner.finish(runner.start("show", {"in.txt": "x"})))
+    worker.start()
+    worker.join()  # its spare dies with it (bubblewrap --die-with-parent), now or at any moment
+    _owner, launcher, orphan = runner._slot[0]
+    assert launcher is worker
+    run = runner.start("show", {"in.txt": "main\n"})
+    assert run.session is not orphan and orphan.proc.poll() is not None  # closed, not used
+    assert runner.finish(run).stdout == "main\nin.txt\n"
+
+
+def test_long_lines_and_back_to_back_runs(runner: ScriptRunner) -> None:
+    for _ in range(10):  # the spare launched during one run serves the next
+        assert runner.finish(runner.start("loud", {})).killed_by == "output"
+        assert runner.finish(runner.start("show", {"in.txt": "y\n"})).stdout == "y\nin.txt\n"
+
+
 def test_a_forked_child_never_uses_its_parents_spare(runner: ScriptRunner, monkeypatch: pytest.MonkeyPatch) -> None:
     runner.finish(runner.start("show", {"in.txt": "x"}))
-    runner._join_refiller()
-    _owner, parents = runner._slot[0]
+    _owner, _launcher, parents = runner._slot[0]
     monkeypatch.setattr(os, "getpid", lambda: -1)  # as seen from a forked child
     run = runner.start("show", {"in.txt": "child\n"})
     assert run.session is not parents and parents.proc.poll() is None

@@ -6,10 +6,16 @@ sandbox started ahead of time: a shell in a fresh sandbox (its own namespaces, w
 uid) that runs nothing but ``read`` until the judge has written the run's files into the work dir and sends
 the name of the script to run. A spare serves exactly one run, so a run is isolated exactly as by a fresh
 ``Sandbox.run``, and its wall-clock limit starts at the go-ahead
-(:meth:`rlvr_gym.sandbox.SandboxSession.restart_clock`). The next spare is started by a background thread
-right after the go-ahead, while this process waits for the run: its start-up leaves the critical path of
-the next judgement. The CPU time of a sandbox start is not saved, only moved; one idle spare (three small
-processes and an empty work dir) stays up between judgements until :meth:`ScriptRunner.close`.
+(:meth:`rlvr_gym.sandbox.SandboxSession.restart_clock`). The next spare is launched right after the
+go-ahead (a vfork and an exec here, ~1-3 ms, while the run compiles in the sandbox); the sandbox then sets
+itself up while the run goes on and until the next judgement, off its critical path. The CPU time of a
+sandbox start is not saved, only moved; one idle spare (three small processes and an empty work dir)
+stays up between judgements until :meth:`ScriptRunner.close`.
+
+Spares are launched by the thread that calls :meth:`ScriptRunner.start`, never by a helper thread, and a
+spare whose launching thread has ended is never used: bubblewrap's ``--die-with-parent`` kills a sandbox
+when the *thread* that launched it exits. Callers from long-lived threads (the main thread, a thread pool,
+a Ray actor) get warm spares; a new thread per call gets a sandbox started on the spot.
 
 Back-ends without ``spawn`` (Docker), or ``warm=False``, run each script with one plain ``Sandbox.run``.
 """
@@ -64,22 +70,21 @@ class ScriptRunner:
         self._reset_spare()
 
     def _reset_spare(self) -> None:
-        self._slot: list[tuple[int, SandboxSession]] = []  # at most one (owner pid, spare)
+        self._slot: list[tuple[int, threading.Thread, SandboxSession]] = []  # at most one (pid, launcher, spare)
         self._lock = threading.Lock()
-        self._refiller: threading.Thread | None = None
         weakref.finalize(self, _close_all, self._slot, self._lock)
 
     def __getstate__(self) -> dict[str, object]:
         """Pickles the configuration only: a copy in another process starts its own spare."""
-        return {k: v for k, v in self.__dict__.items() if k not in ("_slot", "_lock", "_refiller")}
+        return {k: v for k, v in self.__dict__.items() if k not in ("_slot", "_lock")}
 
     def __setstate__(self, state: dict[str, object]) -> None:
         self.__dict__.update(state)
         self._reset_spare()
 
     def start(self, script: str, files: Mapping[str, str | bytes]) -> StartedRun:
-        """Writes ``files`` into a spare sandbox and gives it the go-ahead to run ``script``; starts the next
-        spare in a background thread.
+        """Writes ``files`` into a spare sandbox and gives it the go-ahead to run ``script``; then launches
+        the next spare.
 
         Raises:
             KeyError: on an unknown script name.
@@ -101,7 +106,7 @@ class ScriptRunner:
             return StartedRun(script, None, dict(files))
         assert session.proc.stdin is not None, "spawn() gives the session a stdin pipe"
         session.proc.stdin.close()  # nothing in the run may read more
-        self._refill_in_background()
+        self._refill()
         return StartedRun(script, session)
 
     def finish(self, run: StartedRun, collect: Sequence[str] = ()) -> SandboxResult:
@@ -120,41 +125,31 @@ class ScriptRunner:
 
     def close(self) -> None:
         """Stops the spare sandbox, if any (a later :meth:`start` starts a new one). Safe to call twice."""
-        self._join_refiller()
         _close_all(self._slot, self._lock)
 
     def _take_spare(self) -> SandboxSession:
-        self._join_refiller()  # a spare on its way is nearer than a new one
         with self._lock:
-            owner, spare = self._slot.pop() if self._slot else (0, None)
+            owner, launcher, spare = self._slot.pop() if self._slot else (0, None, None)
         if spare is not None and owner != os.getpid():
             spare = None  # a forked child never uses its parent's spare (the parent may use it too)
-        elif spare is not None and spare.proc.poll() is not None:
-            spare.close()  # it died while waiting
+        elif spare is not None and (spare.proc.poll() is not None or not launcher.is_alive()):  # type: ignore[union-attr]
+            spare.close()  # it died while waiting, or will die with its launching thread
             spare = None
         return spare or self._spawn()
 
-    def _refill_in_background(self) -> None:
-        with self._lock:
-            if not self._slot and (self._refiller is None or not self._refiller.is_alive()):
-                self._refiller = threading.Thread(target=self._refill, name="rtl-spare-sandbox", daemon=True)
-                self._refiller.start()
-
     def _refill(self) -> None:
+        with self._lock:
+            if self._slot:
+                return
         try:
             spare = self._spawn()
-        except Exception:  # noqa: BLE001  (the next start() spawns in the caller's thread and raises there)
+        except Exception:  # noqa: BLE001  (this run is under way; the next start() spawns again and raises)
             return
         with self._lock:
             if not self._slot:
-                self._slot.append((os.getpid(), spare))
+                self._slot.append((os.getpid(), threading.current_thread(), spare))
                 return
         spare.close()
-
-    def _join_refiller(self) -> None:
-        refiller = self._refiller
-        if refiller is not None and refiller is not threading.current_thread():
-            refiller.join()
 
     def _spawn(self) -> SandboxSession:
         return self.sandbox.spawn(self._spare_argv, limits=self.limits)  # type: ignore[attr-defined, no-any-return]
@@ -191,9 +186,9 @@ def _wait(session: SandboxSession, output_limit_bytes: int, collect: Sequence[st
     return dataclasses.replace(result, stdout=stdout.decode("utf-8", "replace"))
 
 
-def _close_all(slot: list[tuple[int, SandboxSession]], lock: threading.Lock) -> None:
+def _close_all(slot: list[tuple[int, threading.Thread, SandboxSession]], lock: threading.Lock) -> None:
     with lock:
         spares, slot[:] = list(slot), []
-    for owner, spare in spares:
+    for owner, _launcher, spare in spares:
         if owner == os.getpid():
             spare.close()
