@@ -7,8 +7,8 @@
   lint and interface check, stand-alone elaboration (when the design has a dotted name), compile, simulation
   in a bubblewrap sandbox, verdict. The reference's sample count is learned once per problem (as in
   training) before timing; that one-time cost is printed separately. By default the judge keeps a spare
-  sandbox started ahead of time (:mod:`rlvr_gym_rtl.runner`), started in the background while the previous
-  judgement waits for its run; ``--cold`` starts one sandbox per judgement on the critical path instead.
+  sandbox started ahead of time (:mod:`rlvr_gym_rtl.runner`), launched while the previous judgement's run
+  compiles; ``--cold`` starts one sandbox per judgement on the critical path instead.
 
 Runs alternate per problem (baseline, ours, baseline, ours, ...) so both see the same machine load. The ratio
 is ours / baseline on the summed wall-clock times of each repetition, and the median of per-problem ratios.
@@ -72,8 +72,8 @@ def main() -> None:
                              "and shows the pipeline's own cost without the sandbox start)")
     parser.add_argument("--cold", action="store_true", help="no spare sandbox: one sandbox start per judgement")
     parser.add_argument("--pause-ms", type=float, default=0.0,
-                        help="untimed pause after each judgement, so that its background work (the next spare's "
-                             "start) cannot overlap the harness's turn")
+                        help="untimed pause after each judgement, so that the next spare's set-up (which goes on "
+                             "after the judgement returns) cannot overlap the harness's turn")
     args = parser.parse_args()
     tasks = load_suite("rtl/verilogeval").tasks[: args.limit]
     problems = [load_problem(resolve_problem_dir(t.data["problem_dir"]), t.data["name"]) for t in tasks]
