@@ -137,7 +137,9 @@ class BwrapSandbox:
         env: Mapping[str, str] | None = None,
     ) -> SandboxSession:
         """Starts ``argv`` like :meth:`run` but returns at once with a :class:`SandboxSession` to talk to it
-        through stdin/stdout. The caller must ``close()`` it (or use it as a context manager).
+        through stdin/stdout. The caller must ``close()`` it (or use it as a context manager). The session
+        dies when the *thread* that spawned it exits (``--die-with-parent`` follows the launching thread), so
+        spawn from a thread that outlives the session.
 
         Raises:
             ValueError: on an empty ``argv`` or a file path that leaves the work dir.
