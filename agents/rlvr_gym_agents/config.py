@@ -87,7 +87,12 @@ class SFTConfig:
     episodes_per_batch: int = 8
     """Demonstration episodes per optimizer step."""
     num_demos: int = 2000
-    """Demonstration episodes generated (cycled over)."""
+    """Demonstration episodes generated (cycling over the demonstration tasks)."""
+    demo_tasks: str | None = None
+    """Where demonstrated tasks come from: None = ``env.train_suite`` (cycled over), or a task generator
+    ``package.module:function`` called as ``function(env.env_id, "train", num_demos, seed_offset)`` with
+    ``seed_offset`` = the train suite's size, e.g. ``rlvr_gym_textworld:generate_tasks``: one fresh training-split
+    world per demonstration (a 1,000-task suite cycled ten times over-fits a tiny policy)."""
     learning_rate: float = 2e-3
     """AdamW peak learning rate."""
     warmup_steps: int = 20

@@ -64,6 +64,15 @@ def set_rng_state(state: dict[str, Any], generator: torch.Generator) -> None:
     generator.set_state(state["sampler"])
 
 
+def save_model_dir(path: Path, model: torch.nn.Module, tokenizer: Any) -> None:
+    """Writes ``path/`` as a model directory that loads like a hub model: weights, config, tokenizer (its class
+    pinned to ``PreTrainedTokenizerFast``)."""
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path)  # type: ignore[operator]
+    tokenizer.save_pretrained(path)
+    _pin_tokenizer_class(path)
+
+
 def save_checkpoint(path: Path, model: torch.nn.Module, tokenizer: Any, optimizer: torch.optim.Optimizer,
                     step: int, generator: torch.Generator, extra: dict[str, Any] | None = None) -> None:
     """Writes ``path/`` as a loadable model directory plus ``trainer_state.pt`` (optimizer, step, RNG, extra).
@@ -71,10 +80,7 @@ def save_checkpoint(path: Path, model: torch.nn.Module, tokenizer: Any, optimize
     The directory is written beside and renamed into place, so a crash never leaves half a checkpoint.
     """
     tmp = path.with_name(path.name + ".tmp")
-    tmp.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(tmp)  # type: ignore[operator]
-    tokenizer.save_pretrained(tmp)
-    _pin_tokenizer_class(tmp)
+    save_model_dir(tmp, model, tokenizer)
     torch.save({"optimizer": optimizer.state_dict(), "step": step, "rng": rng_state(generator),
                 "extra": extra or {}}, tmp / "trainer_state.pt")
     if path.exists():

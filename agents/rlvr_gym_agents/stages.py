@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import random
 import time
 from collections.abc import Callable
@@ -47,6 +48,22 @@ def collect_demonstrations(config: TrainConfig, tasks: list[Task] | None, num_ep
                      for i in range(num_episodes)]
     order = [pool[i % len(pool)] for i in range(num_episodes)]
     return [demonstrate(task, expert, config.sft.mistake_rate, rng, max_turns=config.env.max_turns) for task in order]
+
+
+def demonstration_tasks(config: TrainConfig, train_tasks: list[Task] | None) -> list[Task] | None:
+    """The tasks demonstrated in the warm start: ``train_tasks``, or ``sft.num_demos`` tasks from the generator
+    named by ``sft.demo_tasks`` (training split, seeds after the train suite's).
+
+    Raises:
+        ValueError: when ``sft.demo_tasks`` is not ``package.module:function``.
+    """
+    if config.sft.demo_tasks is None:
+        return train_tasks
+    module, sep, attr = config.sft.demo_tasks.partition(":")
+    if not sep:
+        raise ValueError(f"sft.demo_tasks={config.sft.demo_tasks!r} must be 'package.module:function'")
+    generate = getattr(importlib.import_module(module), attr)
+    return list(generate(config.env.env_id, "train", config.sft.num_demos, len(train_tasks or [])))
 
 
 def build_policy(config: TrainConfig, run_dir: Path, train_tasks: list[Task] | None, test_tasks: list[Task],
@@ -97,7 +114,8 @@ def warm_start(config: TrainConfig, model: Any, chat: ChatFormat, train_tasks: l
                console: Console) -> dict[str, Any]:
     """Behaviour cloning on ``sft.num_demos`` expert episodes; returns its metrics."""
     with console.status(f"collecting {config.sft.num_demos} demonstrations"):
-        demos = collect_demonstrations(config, train_tasks, config.sft.num_demos, config.seed + 7)
+        tasks = demonstration_tasks(config, train_tasks)
+        demos = collect_demonstrations(config, tasks, config.sft.num_demos, config.seed + 7)
     examples = [demonstration_ids(demo, chat) for demo in demos]
     sft = config.sft
     with console.progress(sft.max_steps, "SFT warm start") as advance:

@@ -50,7 +50,13 @@ from rlvr_gym_agents.console import Console
 from rlvr_gym_agents.losses import batch_stats, policy_loss
 from rlvr_gym_agents.policy import Policy, SamplingParams
 from rlvr_gym_agents.rollout import Trajectory, run_episodes
-from rlvr_gym_agents.run_io import MetricsLogger, load_checkpoint, plot_learning_curve, save_checkpoint
+from rlvr_gym_agents.run_io import (
+    MetricsLogger,
+    load_checkpoint,
+    plot_learning_curve,
+    save_checkpoint,
+    save_model_dir,
+)
 from rlvr_gym_agents.stages import build_policy, build_rollout_policy, evaluate_both, load_task_sources, warm_start
 from rlvr_gym_agents.tree_sampler import TreeSampler
 
@@ -92,8 +98,7 @@ def _train(config: TrainConfig, env_factory: Callable[..., Env]) -> dict[str, An
             state["sft"] = warm_start(config, model, chat, train_tasks, console)
             logger.log({"phase": "sft", "step": 0, **state["sft"]})
         # The reference policy of the KL term (also on resume), and a model directory `rlvr-gym eval` loads.
-        model.save_pretrained(run_dir / "sft_model")
-        policy.tokenizer.save_pretrained(run_dir / "sft_model")
+        save_model_dir(run_dir / "sft_model", model, policy.tokenizer)
         _sync(rollout_policy, policy)
         state["before"] = evaluate_both(config, rollout_policy, chat, test_tasks, console, "before RL", env_factory)
         logger.log({"phase": "eval", "step": 0, **_eval_scalars(state["before"])})

@@ -117,3 +117,22 @@ def test_behaviour_cloning_learns_the_echo_task(tiny_model_dir: Path) -> None:
         next_id = model(input_ids=ids).logits[0, -1].argmax()
         ids = torch.cat([ids, next_id.view(1, 1)], dim=1)
     assert chat.decode_action(ids[0, -3:].tolist()) == "say candle"
+
+
+def test_demonstration_tasks_from_a_generator_are_fresh_training_worlds() -> None:
+    from rlvr_gym_agents.config import load_config
+    from rlvr_gym_agents.stages import demonstration_tasks
+
+    train = list(load_suite("textworld/starter-train"))[:50]
+    config = load_config(None, ["env.env_id=textworld/ALFWorld-Starter-v0", "sft.num_demos=30",
+                                "sft.demo_tasks=rlvr_gym_textworld:generate_tasks"])
+    tasks = demonstration_tasks(config, train)
+    assert tasks is not None and len(tasks) == 30
+    assert all(t.split == "train" and t.gold for t in tasks)
+    # seeds continue after the train suite's, so no demonstrated world repeats one of its tasks
+    assert min(t.options["seed"] for t in tasks) == 50 and not {t.id for t in tasks} & {t.id for t in train}
+    test_ids = {t.id for t in load_suite("textworld/starter-test")}
+    assert not {t.id for t in tasks} & test_ids
+    assert demonstration_tasks(load_config(None, ["sft.num_demos=30"]), train) is train
+    with pytest.raises(ValueError, match="package.module:function"):
+        demonstration_tasks(load_config(None, ["sft.demo_tasks=generate_tasks"]), train)

@@ -98,7 +98,10 @@ def test_a_resumed_run_ends_in_the_same_state_as_an_uninterrupted_one(tiny_model
     assert all(8 <= r["tokens_generated"] <= 8 * 3 * 4 for r in records if r["phase"] == "rl")
     assert (tmp_path / "split" / "learning_curve.png").stat().st_size > 1000
     # the warm-started policy is a model directory that loads like any other (tokenizer included)
-    assert TransformersPolicy.from_pretrained(str(tmp_path / "split" / "sft_model")).tokenizer is not None
+    warm = TransformersPolicy.from_pretrained(str(tmp_path / "split" / "sft_model")).tokenizer
+    init = TransformersPolicy.from_pretrained(str(tiny_model_dir)).tokenizer
+    text = "go to shelf 1"
+    assert warm(text)["input_ids"] == init(text)["input_ids"]  # the same tokenizer class and vocabulary
     assert set(straight) == set(resumed) >= {"before", "after"}
 
 
