@@ -134,7 +134,8 @@ def run_variant(args: argparse.Namespace, seed: int, variant: str, warm: Path) -
         overrides += tree_overrides(args.credit)
     config = load_config(FLAT_RECIPE, overrides)
     saved = run_dir / "config.json"
-    if saved.is_file() and json.loads(saved.read_text(encoding="utf-8")) != json.loads(json.dumps(to_dict(config))):
+    if saved.is_file() and effective_settings(json.loads(saved.read_text(encoding="utf-8"))) != effective_settings(
+            json.loads(json.dumps(to_dict(config)))):
         raise SystemExit(f"{run_dir} holds a run with other settings than these; delete it or pass another --out")
     if (run_dir / "summary.json").is_file():
         print(f"seed {seed} {variant}: reusing the finished run in {run_dir}", flush=True)
@@ -142,6 +143,16 @@ def run_variant(args: argparse.Namespace, seed: int, variant: str, warm: Path) -
     summary = _train_quietly(config)
     print(f"seed {seed} {variant}: {summary['elapsed_s']:.0f} s wall, {run_dir}", flush=True)
     return run_dir
+
+
+def effective_settings(config: dict[str, Any]) -> dict[str, Any]:
+    """A saved run config without what cannot change an RL run from a given warm start: the ``sft`` section
+    (disabled here) and the sizes of a tiny model that is loaded, not built. A recipe edit there keeps runs
+    reusable."""
+    kept = {key: value for key, value in config.items() if key != "sft"}
+    kept["model"] = {key: value for key, value in config["model"].items()
+                     if key not in ("hidden_size", "num_layers", "num_heads", "intermediate_size", "corpus_episodes")}
+    return kept
 
 
 def _train_quietly(config: TrainConfig) -> dict[str, Any]:

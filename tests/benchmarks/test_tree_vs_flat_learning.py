@@ -80,3 +80,13 @@ def test_mean_curve_averages_the_shared_evaluation_steps(bench: ModuleType) -> N
     assert [p["step"] for p in mean] == [0, 5]
     assert mean[1]["tokens"] == 120 and mean[1]["sampled"] == pytest.approx(0.35) and mean[1]["greedy"] is None
     assert mean[0]["greedy"] == pytest.approx(0.1)
+
+
+def test_effective_settings_ignore_sft_and_tiny_sizes_but_not_rl_settings(bench: ModuleType) -> None:
+    a = json.loads(json.dumps(bench.to_dict(load_config(bench.FLAT_RECIPE, ["sft.enabled=false"]))))
+    b = json.loads(json.dumps(bench.to_dict(load_config(bench.FLAT_RECIPE, ["sft.enabled=false", "sft.num_demos=7",
+                                                                             "model.hidden_size=64"]))))
+    c = json.loads(json.dumps(bench.to_dict(load_config(bench.FLAT_RECIPE, ["sft.enabled=false",
+                                                                             "train.learning_rate=1e-3"]))))
+    assert bench.effective_settings(a) == bench.effective_settings(b)
+    assert bench.effective_settings(a) != bench.effective_settings(c)
