@@ -41,7 +41,7 @@ import numpy as np
 import torch
 
 import rlvr_gym
-from rlvr_gym import Env, Task
+from rlvr_gym import Env, FailureKind, Task
 from rlvr_gym_agents.advantages import broadcast_to_tokens, group_advantages, nonzero_variance_groups
 from rlvr_gym_agents.batching import pad_right, token_logprobs
 from rlvr_gym_agents.chat import ChatFormat
@@ -204,7 +204,8 @@ def collect_rollouts(config: TrainConfig, policy: Policy, chat: ChatFormat, task
                                     env_factory=env_factory, max_turns=config.env.max_turns)
         for trajectory, group in zip(trajectories, groups.tolist()):
             trajectory.group = group
-    rewards = torch.tensor([t.reward for t in trajectories], dtype=torch.float32)
+    penalty = config.algorithm.invalid_action_penalty
+    rewards = torch.tensor([t.reward - penalty * rejected_turns(t) for t in trajectories], dtype=torch.float32)
     if config.rollout.sampler == "flat":
         advantages = group_advantages(rewards, groups, config.algorithm.estimator)
     keep = (nonzero_variance_groups(rewards, groups) if config.algorithm.drop_zero_variance_groups
@@ -221,6 +222,14 @@ def generated_tokens(rollouts: Rollouts) -> int:
     if "tree/tokens_generated" in rollouts.metrics:
         return int(rollouts.metrics["tree/tokens_generated"])
     return sum(t.num_generated_tokens for t in rollouts.trajectories)
+
+
+REJECTED = (FailureKind.PARSE_ERROR, FailureKind.INVALID_ACTION)
+
+
+def rejected_turns(trajectory: Trajectory) -> int:
+    """The number of turns whose action the env rejected (a parse error or an invalid action)."""
+    return sum(turn.failure is not None and turn.failure.kind in REJECTED for turn in trajectory.turns)
 
 
 @contextlib.contextmanager

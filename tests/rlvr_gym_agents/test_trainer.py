@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 from rlvr_gym_agents.chat import ChatFormat
-from rlvr_gym_agents.config import load_config
+from rlvr_gym_agents.config import ConfigError, load_config
 from rlvr_gym_agents.policy import SamplingParams, TransformersPolicy
 from rlvr_gym_agents.rollout import Trajectory, run_episodes
 from rlvr_gym_agents.run_io import load_checkpoint, save_checkpoint
@@ -139,3 +139,36 @@ def test_tree_generated_tokens_count_shared_prefixes_once(tiny_policy: Transform
     per_leaf = sum(t.num_generated_tokens for t in rollouts.trajectories)
     assert rollouts.metrics["tree/branches"] > 0 and rollouts.metrics["tree/flat_equivalent_tokens"] == per_leaf
     assert generated_tokens(rollouts) == rollouts.metrics["tree/tokens_generated"] < per_leaf
+
+
+def _rejected_trajectory(kinds: list[str | None]) -> Trajectory:
+    from rlvr_gym.failures import Failure, FailureKind
+    from rlvr_gym_agents.rollout import Turn
+
+    turns = [Turn("obs", "act", (0, 1), failure=None if k is None else Failure(FailureKind(k), "x")) for k in kinds]
+    return Trajectory("t", "testing/Echo-v0", token_ids=[1, 2], loss_mask=[0, 1], turns=turns)
+
+
+def test_invalid_action_penalty_gives_all_failure_groups_a_signal(monkeypatch: pytest.MonkeyPatch,
+                                                                   tiny_policy: TransformersPolicy) -> None:
+    from rlvr_gym_agents import trainer
+
+    # one group of two failed episodes: two rejected turns (a parse error, an invalid action) vs none
+    # (a turn limit is not a rejection)
+    batch = [_rejected_trajectory(["parse_error", None, "invalid_action"]), _rejected_trajectory([None, "turn_limit"])]
+    assert [trainer.rejected_turns(t) for t in batch] == [2, 0]
+    monkeypatch.setattr(trainer, "run_episodes", lambda *args, **kwargs: batch)
+    chat = ChatFormat(tiny_policy.tokenizer)
+    plain = collect_rollouts(load_config(None, ["train.group_size=2"]), tiny_policy, chat, echo_tasks(1),
+                             SamplingParams(max_new_tokens=4), 1)
+    assert plain.keep.tolist() == [False, False]  # equal returns: dropped
+    shaped = collect_rollouts(load_config(None, ["train.group_size=2", "algorithm.invalid_action_penalty=0.1"]),
+                              tiny_policy, chat, echo_tasks(1), SamplingParams(max_new_tokens=4), 1)
+    # returns -0.2 and 0.0: GRPO gives the episode with fewer rejected actions the positive advantage
+    assert shaped.keep.tolist() == [True, True]
+    assert shaped.advantages[0] < 0 < shaped.advantages[1]
+    assert float(shaped.advantages.sum()) == pytest.approx(0.0, abs=1e-6)
+    with pytest.raises(ConfigError, match="flat only"):
+        load_config(None, ["rollout.sampler=tree", "algorithm.invalid_action_penalty=0.1"])
+    with pytest.raises(ConfigError, match=">= 0"):
+        load_config(None, ["algorithm.invalid_action_penalty=-1"])
