@@ -10,12 +10,13 @@ import torch
 from rlvr_gym_agents.chat import ChatFormat
 from rlvr_gym_agents.config import ConfigError, load_config
 from rlvr_gym_agents.policy import SamplingParams, TransformersPolicy
-from rlvr_gym_agents.rollout import Trajectory, run_episodes
+from rlvr_gym_agents.rollout import Trajectory, Turn, run_episodes
 from rlvr_gym_agents.run_io import load_checkpoint, save_checkpoint
 from rlvr_gym_agents.trainer import Rollouts, collect_rollouts, generated_tokens, ppo_update, rollout_metrics, train
 from rlvr_gym_agents.tree_sampler import TreeSampler
 
 from rlvr_gym import TaskSuite
+from rlvr_gym.failures import Failure, FailureKind
 from rlvr_gym.testing.toy import echo_tasks
 
 
@@ -142,9 +143,6 @@ def test_tree_generated_tokens_count_shared_prefixes_once(tiny_policy: Transform
 
 
 def _rejected_trajectory(kinds: list[str | None]) -> Trajectory:
-    from rlvr_gym.failures import Failure, FailureKind
-    from rlvr_gym_agents.rollout import Turn
-
     turns = [Turn("obs", "act", (0, 1), failure=None if k is None else Failure(FailureKind(k), "x")) for k in kinds]
     return Trajectory("t", "testing/Echo-v0", token_ids=[1, 2], loss_mask=[0, 1], turns=turns)
 
