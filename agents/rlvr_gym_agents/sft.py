@@ -146,7 +146,9 @@ def warmup_cosine(step: int, warmup_steps: int, total_steps: int, time_fraction:
     Args:
         time_fraction: the fraction in [0, 1] of the time budget already spent. The decay follows whichever
             budget is further along, so a run stopped by its time cap still ends annealed (a fixed step
-            horizon that the time cap cuts short leaves the rate near its peak, and the loss with it).
+            horizon that the time cap cuts short leaves the rate near its peak, and the loss with it). The
+            price: when time is further along, the schedule depends on the machine's speed, so two runs with
+            the same seed can differ.
     """
     if step < warmup_steps:
         return (step + 1) / warmup_steps
