@@ -85,10 +85,22 @@ def load_expert(name: str) -> Expert:
         return gold_expert
     if name == "oracle":
         return oracle_expert
-    module, sep, attr = name.partition(":")
+    if ":" not in name:
+        raise ValueError(f"expert {name!r} must be 'gold', 'oracle' or 'package.module:function'")
+    return import_callable(name, "expert")  # type: ignore[no-any-return]
+
+
+def import_callable(target: str, setting: str) -> Any:
+    """The object named by ``"package.module:function"`` (a recipe's pluggable expert or task generator).
+
+    Raises:
+        ValueError: naming ``setting`` when ``target`` has no ``:``; ImportError / AttributeError when the
+            module or function is missing.
+    """
+    module, sep, attr = target.partition(":")
     if not sep:
-        raise ValueError(f"expert {name!r} must be 'gold' or 'package.module:function'")
-    return getattr(importlib.import_module(module), attr)  # type: ignore[no-any-return]
+        raise ValueError(f"{setting} {target!r} must be 'package.module:function'")
+    return getattr(importlib.import_module(module), attr)
 
 
 def demonstrate(task: Task, expert: Expert, mistake_rate: float, rng: random.Random,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import random
 import time
 from collections.abc import Callable
@@ -16,7 +15,14 @@ from rlvr_gym_agents.config import TrainConfig
 from rlvr_gym_agents.console import Console
 from rlvr_gym_agents.policy import Policy, SamplingParams, TransformersPolicy
 from rlvr_gym_agents.policy_eval import evaluate_policy
-from rlvr_gym_agents.sft import Demonstration, behaviour_cloning, demonstrate, demonstration_ids, load_expert
+from rlvr_gym_agents.sft import (
+    Demonstration,
+    behaviour_cloning,
+    demonstrate,
+    demonstration_ids,
+    import_callable,
+    load_expert,
+)
 from rlvr_gym_agents.tiny import save_tiny_policy
 
 
@@ -59,10 +65,7 @@ def demonstration_tasks(config: TrainConfig, train_tasks: list[Task] | None) -> 
     """
     if config.sft.demo_tasks is None:
         return train_tasks
-    module, sep, attr = config.sft.demo_tasks.partition(":")
-    if not sep:
-        raise ValueError(f"sft.demo_tasks={config.sft.demo_tasks!r} must be 'package.module:function'")
-    generate = getattr(importlib.import_module(module), attr)
+    generate = import_callable(config.sft.demo_tasks, "sft.demo_tasks")
     return list(generate(config.env.env_id, "train", config.sft.num_demos, len(train_tasks or [])))
 
 

@@ -130,11 +130,20 @@ def show_receptacle(state: WorldState, receptacle: str) -> str:
     ``state.observed``, the receptacles whose contents the agent knows)."""
     if not state.accessible(receptacle):
         return f"The {receptacle} is closed."
-    state.observed.add(receptacle)
-    seen = [lamp for lamp, host in state.house.lamps.items() if host == receptacle] + state.contents[receptacle]
     if receptacle in state.is_open:
-        return f"The {receptacle} is open. In it, you see {listing(seen)}."
-    return f"{preposition(entity_type(receptacle)).capitalize()} the {receptacle}, you see {listing(seen)}."
+        return f"The {receptacle} is open. In it, you see {_look_inside(state, receptacle)}."
+    return _seen_on_or_in(state, receptacle)
+
+
+def _look_inside(state: WorldState, receptacle: str) -> str:
+    """The listing of an accessible receptacle's lamps and objects; the receptacle becomes observed."""
+    state.observed.add(receptacle)
+    return listing([lamp for lamp, host in state.house.lamps.items() if host == receptacle] + state.contents[receptacle])
+
+
+def _seen_on_or_in(state: WorldState, receptacle: str) -> str:
+    """``On the shelf 1, you see nothing.`` / ``In the drawer 1, you see a spatula 1.``"""
+    return f"{preposition(entity_type(receptacle)).capitalize()} the {receptacle}, you see {_look_inside(state, receptacle)}."
 
 
 def describe_room(state: WorldState, arriving: bool) -> str:
@@ -153,13 +162,8 @@ def describe_room(state: WorldState, arriving: bool) -> str:
 def _contents_in_sight(state: WorldState) -> str:
     """`` In the drawer 1, you see a spatula 1. On the shelf 1, you see nothing.`` for the room's open
     receptacles, which become observed."""
-    parts = []
-    for receptacle in state.house.room_receptacles[state.room]:
-        if state.accessible(receptacle):
-            state.observed.add(receptacle)
-            seen = [lamp for lamp, host in state.house.lamps.items() if host == receptacle] + state.contents[receptacle]
-            parts.append(f" {preposition(entity_type(receptacle)).capitalize()} the {receptacle}, you see {listing(seen)}.")
-    return "".join(parts)
+    receptacles = state.house.room_receptacles[state.room]
+    return "".join(f" {_seen_on_or_in(state, r)}" for r in receptacles if state.accessible(r))
 
 
 def _the_listing(names: list[str]) -> str:
