@@ -25,7 +25,9 @@ Return values of :meth:`Env.step` (a :class:`StepResult`, which unpacks like Gym
 - ``info`` (dict): always ``turn`` (int, 1-based), ``task_id`` (str or None); on the last step
   ``reward_details`` (``RewardResult.to_dict()``) and ``success`` (bool); ``failure``
   (:class:`rlvr_gym.Failure`) whenever something went wrong; family-specific keys such as
-  ``admissible_actions`` or ``tools``.
+  ``admissible_actions`` or ``tools``; optionally ``state_key`` (str), equal for two envs exactly when
+  they are in the same state, which step-level credit (GiGPO anchor groups) uses instead of the observation
+  text (identical texts such as "Nothing happens." can come from different states).
 
 Forking: :meth:`Env.fork` returns an independent env in the same state, used by tree rollouts to branch.
 In-memory envs deep-copy their state (the default); envs holding processes or browsers replay the action

@@ -18,6 +18,7 @@ chooses when to stop) and DAPO's reward shaping / dynamic sampling live here too
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Hashable, Sequence
 
 import torch
@@ -245,6 +246,18 @@ def turn_rloo_advantages(step_rewards: Tensor, traj_index: Tensor, group_index: 
             baseline = sum(table.get((j, turn), 0.0) for j in others) / len(others)
             adv[row] = returns[row] - baseline
     return adv
+
+
+@dataclasses.dataclass
+class GiGPOConfig:
+    """GiGPO's step credit (Feng et al. 2025, arXiv 2505.10978), for ``algorithm.credit: gigpo``."""
+
+    gamma: float = 0.95
+    """Discount of the step returns-to-go, in [0, 1] (0.95 in every GiGPO example)."""
+    omega: float = 1.0
+    """Weight of the step advantage against the episode advantage (>= 0)."""
+    std_norm: bool = False
+    """Divide both advantages by their group's std (the paper's ALFWorld setting) instead of only centring."""
 
 
 def gigpo_advantages(

@@ -17,6 +17,8 @@ from typing import Any
 
 import yaml
 
+from rlvr_gym_agents.advantages import GiGPOConfig
+from rlvr_gym_agents.flat_credit import FLAT_CREDIT_MODES
 from rlvr_gym_agents.losses import LossConfig
 from rlvr_gym_agents.tree import TREE_CREDIT_MODES
 from rlvr_gym_agents.tree_sampler import TreeSamplerConfig
@@ -134,9 +136,12 @@ class AlgorithmConfig:
     estimator: str = "grpo"
     """Group advantage estimator: grpo, drgrpo or rloo."""
     credit: str = "soft"
-    """Credit assignment: ``soft`` (one group advantage per episode; the only choice with the flat sampler) or,
-    with ``rollout.sampler: tree``, a per-token mode of :meth:`rlvr_gym_agents.tree.RolloutTree.token_advantages`:
-    treerl, local, global, arpo_hard, treepo or gigpo."""
+    """Credit assignment: ``soft`` (one group advantage per episode) or ``gigpo`` (per-turn GiGPO advantages:
+    anchor states are the env's ``state_key`` with the flat sampler, the forked node with the tree sampler), or,
+    with ``rollout.sampler: tree``, another per-token mode of
+    :meth:`rlvr_gym_agents.tree.RolloutTree.token_advantages`: treerl, local, global, arpo_hard or treepo."""
+    gigpo: GiGPOConfig = dataclasses.field(default_factory=GiGPOConfig)
+    """Step discount, step weight and normalisation of ``credit: gigpo``."""
     drop_zero_variance_groups: bool = True
     """Skip groups whose rewards are all equal (zero advantage; DAPO dynamic sampling)."""
     invalid_action_penalty: float = 0.0
@@ -243,9 +248,13 @@ class TrainConfig:
                               "rewards are the env's); set it to 0")
         if self.algorithm.invalid_action_penalty < 0:
             raise ConfigError(f"algorithm.invalid_action_penalty must be >= 0, got {self.algorithm.invalid_action_penalty}")
-        if self.rollout.sampler == "flat" and self.algorithm.credit != "soft":
+        if self.rollout.sampler == "flat" and self.algorithm.credit not in FLAT_CREDIT_MODES:
             raise ConfigError(f"algorithm.credit={self.algorithm.credit} needs rollout.sampler=tree (flat episodes "
-                              "share no segments); use credit soft")
+                              f"share no segments); with the flat sampler use one of {list(FLAT_CREDIT_MODES)}")
+        gigpo = self.algorithm.gigpo
+        if not 0.0 <= gigpo.gamma <= 1.0 or gigpo.omega < 0:
+            raise ConfigError(f"algorithm.gigpo needs gamma in [0, 1] and omega >= 0, got gamma={gigpo.gamma}, "
+                              f"omega={gigpo.omega}")
         tree = self.rollout.tree
         tree.num_leaves = self.train.group_size
         tree.reuse_kv_cache = self.rollout.reuse_kv_cache

@@ -33,6 +33,8 @@ class Turn:
         reward: the env's reward for this step.
         failure: the step's typed failure, or None.
         finish_reason: ``"stop"`` or ``"length"`` (see :class:`Generation`).
+        state_key: the env's ``info["state_key"]`` of the state the turn started from (None when the env gives
+            none); the anchor of GiGPO's step groups.
     """
 
     observation: str
@@ -41,6 +43,7 @@ class Turn:
     reward: float = 0.0
     failure: Failure | None = None
     finish_reason: str = "stop"
+    state_key: str | None = None
 
 
 @dataclasses.dataclass
@@ -108,6 +111,7 @@ class _Episode:
     observation: str
     pending_ids: list[int]
     done: bool = False
+    state_key: str | None = None
 
 
 def run_episodes(policy: Policy, chat: ChatFormat, tasks: Sequence[Task], sampling: SamplingParams, *,
@@ -159,7 +163,7 @@ def _start_episode(task: Task, chat: ChatFormat, env_factory: Callable[..., Env]
     trajectory = Trajectory(task_id=task.id, env_id=task.env_id)
     try:
         env = env_factory(task.env_id) if max_turns is None else env_factory(task.env_id, max_turns=max_turns)
-        observation, _ = env.reset(options={"task": task})
+        observation, info = env.reset(options={"task": task})
     except Exception as error:  # noqa: BLE001 - an env must never kill the batch
         trajectory.truncated = True
         trajectory.failures.append(_crash_failure("reset", error))
@@ -167,7 +171,7 @@ def _start_episode(task: Task, chat: ChatFormat, env_factory: Callable[..., Env]
     prompt = chat.prompt_ids(observation)
     trajectory.append(prompt, trained=False)
     trajectory.prompt_length = len(prompt)
-    return _Episode(env, trajectory, observation, list(prompt))
+    return _Episode(env, trajectory, observation, list(prompt), state_key=info.get("state_key"))
 
 
 def _overflows(episode: _Episode, policy: Policy, sampling: SamplingParams) -> bool:
@@ -195,7 +199,7 @@ def _advance(episode: _Episode, generation: Generation, chat: ChatFormat) -> Non
     trajectory.append(generation.token_ids, trained=True, generation=generation)
     action = chat.decode_action(generation.token_ids)
     turn = Turn(episode.observation, action, (start, len(trajectory.token_ids)),
-                finish_reason=generation.finish_reason)
+                finish_reason=generation.finish_reason, state_key=episode.state_key)
     trajectory.turns.append(turn)
     try:
         observation, reward, terminated, truncated, info = episode.env.step(action)  # type: ignore[union-attr]
@@ -213,7 +217,7 @@ def _advance(episode: _Episode, generation: Generation, chat: ChatFormat) -> Non
         trajectory.success = bool(info.get("success", False))
         episode.done = True
         return
-    episode.observation = observation
+    episode.observation, episode.state_key = observation, info.get("state_key")
     episode.pending_ids = chat.observation_ids(observation, generation.finish_reason == "stop")
     trajectory.append(episode.pending_ids, trained=False)
 

@@ -41,12 +41,13 @@ import numpy as np
 import torch
 
 import rlvr_gym
-from rlvr_gym import Env, FailureKind, Task
+from rlvr_gym import Env, Task
 from rlvr_gym_agents.advantages import broadcast_to_tokens, group_advantages, nonzero_variance_groups
 from rlvr_gym_agents.batching import pad_right, token_logprobs
 from rlvr_gym_agents.chat import ChatFormat
 from rlvr_gym_agents.config import TrainConfig, to_dict
 from rlvr_gym_agents.console import Console
+from rlvr_gym_agents.flat_credit import gigpo_token_advantages, rejected_turns
 from rlvr_gym_agents.losses import batch_stats, policy_loss
 from rlvr_gym_agents.policy import Policy, SamplingParams
 from rlvr_gym_agents.rollout import Trajectory, run_episodes
@@ -179,7 +180,8 @@ def collect_rollouts(config: TrainConfig, policy: Policy, chat: ChatFormat, task
                      tree_sampler: TreeSampler | None = None) -> Rollouts:
     """Samples ``group_size`` episodes per task (flat, or the leaves of one tree per task) and credits them.
 
-    Flat: one group advantage per episode (``algorithm.estimator``). Tree: per-token advantages of
+    Flat: one group advantage per episode (``algorithm.estimator``; credit ``soft``), or per-turn GiGPO
+    advantages (credit ``gigpo``, :func:`flat_credit.gigpo_token_advantages`). Tree: per-token advantages of
     ``algorithm.credit`` from :meth:`TreeRollout.training_batch`, whose branching draws are seeded by
     ``(rollout.tree.seed, step)`` so a resumed run samples the same trees. Either way the zero-variance mask
     (DAPO dynamic sampling) is over each task's episode rewards.
@@ -194,7 +196,8 @@ def collect_rollouts(config: TrainConfig, policy: Policy, chat: ChatFormat, task
             raise ValueError("rollout.sampler=tree needs a TreeSampler")
         tree_sampler.num_calls = step  # the call index seeds this step's branching draws
         rollout = tree_sampler.sample(tasks, sampling)
-        trajectories, rows = rollout.training_batch(config.algorithm.credit, config.algorithm.estimator)
+        trajectories, rows = rollout.training_batch(config.algorithm.credit, config.algorithm.estimator,
+                                                    gigpo=config.algorithm.gigpo)
         advantages = pad_right([row.tolist() for row in rows], 0.0, torch.float32)
         metrics = _tree_scalars(rollout.metrics)
         groups = torch.tensor([t.group for t in trajectories])
@@ -206,7 +209,11 @@ def collect_rollouts(config: TrainConfig, policy: Policy, chat: ChatFormat, task
             trajectory.group = group
     penalty = config.algorithm.invalid_action_penalty
     rewards = torch.tensor([t.reward - penalty * rejected_turns(t) for t in trajectories], dtype=torch.float32)
-    if config.rollout.sampler == "flat":
+    if config.rollout.sampler == "flat" and config.algorithm.credit == "gigpo":
+        gigpo = config.algorithm.gigpo
+        rows = gigpo_token_advantages(trajectories, gigpo.gamma, gigpo.omega, gigpo.std_norm, penalty)
+        advantages = pad_right([row.tolist() for row in rows], 0.0, torch.float32)
+    elif config.rollout.sampler == "flat":
         advantages = group_advantages(rewards, groups, config.algorithm.estimator)
     keep = (nonzero_variance_groups(rewards, groups) if config.algorithm.drop_zero_variance_groups
             else torch.ones_like(rewards, dtype=torch.bool))
@@ -222,14 +229,6 @@ def generated_tokens(rollouts: Rollouts) -> int:
     if "tree/tokens_generated" in rollouts.metrics:
         return int(rollouts.metrics["tree/tokens_generated"])
     return sum(t.num_generated_tokens for t in rollouts.trajectories)
-
-
-REJECTED = (FailureKind.PARSE_ERROR, FailureKind.INVALID_ACTION)
-
-
-def rejected_turns(trajectory: Trajectory) -> int:
-    """The number of turns whose action the env rejected (a parse error or an invalid action)."""
-    return sum(turn.failure is not None and turn.failure.kind in REJECTED for turn in trajectory.turns)
 
 
 @contextlib.contextmanager

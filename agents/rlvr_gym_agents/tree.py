@@ -146,7 +146,8 @@ class RolloutTree:
         return [self.trajectory(leaf) for leaf in self.leaves()]
 
     def token_advantages(
-        self, mode: str = "soft", estimator: str = "grpo", dedup: bool = False, gamma: float = 0.95, omega: float = 1.0
+        self, mode: str = "soft", estimator: str = "grpo", dedup: bool = False, gamma: float = 0.95, omega: float = 1.0,
+        std_norm: bool = False,
     ) -> list[Tensor]:
         """Per-token advantages aligned with :meth:`trajectories` (0 on prompt ids; observation ids carry
         their segment's value but are masked out of the loss by the trajectory's ``loss_mask``).
@@ -158,7 +159,8 @@ class RolloutTree:
                 (:func:`advantages.gigpo_advantages` over the leaves' turns, anchor = the node a turn starts
                 from: identical forked states, no observation hashing; per leaf row, ``dedup`` ignored).
             estimator: the group estimator of "soft".
-            gamma / omega: GiGPO's step discount and step-advantage weight ("gigpo" only).
+            gamma / omega / std_norm: GiGPO's step discount, step-advantage weight and std normalisation
+                ("gigpo" only; see :func:`advantages.gigpo_advantages`).
             dedup: scale a segment shared by d leaf rows by 1/d (see :func:`tree_credit.per_row_node_weights`);
                 default False: the shared prefix is credited once per leaf below it.
 
@@ -174,12 +176,12 @@ class RolloutTree:
         if mode == "treepo":
             return self._leaf_rows(tree_credit.treepo_leaf_advantages(parents, rewards), lengths, dedup)
         if mode == "gigpo":
-            return self._gigpo_rows(lengths, gamma, omega)
+            return self._gigpo_rows(lengths, gamma, omega, std_norm)
         node_adv = tree_credit.node_advantages(parents, rewards, mode)
         rows = tree_credit.leaf_token_advantages(parents, node_adv, lengths, dedup)
         return [rows[leaf] for leaf in self.leaves()]
 
-    def _gigpo_rows(self, lengths: list[int], gamma: float, omega: float) -> list[Tensor]:
+    def _gigpo_rows(self, lengths: list[int], gamma: float, omega: float, std_norm: bool) -> list[Tensor]:
         """GiGPO step rows: every turn of every leaf's path, keyed by the node the turn started from."""
         rewards, traj, keys, owners = [], [], [], []
         for row, leaf in enumerate(self.leaves()):
@@ -195,6 +197,7 @@ class RolloutTree:
             keys,
             gamma,
             omega,
+            std_norm,
         )
         per_turn = {owner: float(a) for owner, a in zip(owners, adv, strict=True)}
         return [

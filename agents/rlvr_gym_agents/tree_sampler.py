@@ -36,6 +36,7 @@ from torch import Tensor
 
 import rlvr_gym
 from rlvr_gym import Env, Failure, FailureKind, Task
+from rlvr_gym_agents.advantages import GiGPOConfig
 from rlvr_gym_agents.chat import ChatFormat
 from rlvr_gym_agents.policy import Generation, Policy, SamplingParams, TransformersPolicy
 from rlvr_gym_agents.rollout import Trajectory, Turn
@@ -87,16 +88,18 @@ class TreeRollout:
     metrics: dict[str, Any]
 
     def training_batch(
-        self, credit: str = "soft", estimator: str = "grpo", dedup: bool = False
+        self, credit: str = "soft", estimator: str = "grpo", dedup: bool = False, gigpo: GiGPOConfig | None = None
     ) -> tuple[list[Trajectory], list[Tensor]]:
         """Leaf trajectories of every tree (tree order, then leaf order) and their per-token advantages.
 
         With ``credit="soft"`` every token of a leaf gets the leaf's group advantage, which equals what the
         flat trainer computes for the same episodes (ARPO's default). See :meth:`RolloutTree.token_advantages`
-        for the other modes.
+        for the other modes; ``gigpo`` gives the step discount, weight and normalisation of ``credit="gigpo"``.
         """
+        gigpo = gigpo or GiGPOConfig()
         trajectories = [t for tree in self.trees for t in tree.trajectories()]
-        advantages = [a for tree in self.trees for a in tree.token_advantages(credit, estimator, dedup)]
+        advantages = [a for tree in self.trees
+                      for a in tree.token_advantages(credit, estimator, dedup, gigpo.gamma, gigpo.omega, gigpo.std_norm)]
         return trajectories, advantages
 
 

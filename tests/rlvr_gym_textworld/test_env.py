@@ -217,3 +217,22 @@ def test_exploring_expert_solves_easy_tasks_with_a_longer_budget() -> None:
             exploring_expert(env)
     with pytest.raises(TypeError, match="ALFWorldEnv"):
         exploring_expert(rlvr_gym.make("testing/Echo-v0"))
+
+
+def test_state_key_names_the_state_not_the_path_to_it() -> None:
+    env = rlvr_gym.make("textworld/ALFWorld-Easy-v0")
+    _, info = env.reset(seed=3)
+    start = info["state_key"]
+    receptacles = [a.removeprefix("go to ") for a in info["admissible_actions"] if a.startswith("go to ")]
+    first, second = receptacles[0], receptacles[1]
+    _, *_, via_first = env.step(f"go to {first}")
+    assert via_first["state_key"] != start  # the agent moved
+    _, *_, rejected = env.step("grab the apple")
+    assert rejected["state_key"] == via_first["state_key"]  # a rejected command changes nothing
+    _, *_, there = env.step(f"go to {second}")
+    direct = env.fork()
+    direct.reset(seed=3)
+    _, *_, straight = direct.step(f"go to {second}")
+    # same place, same objects: equal keys, although one agent saw more on the way
+    assert straight["state_key"] == there["state_key"]
+    assert env.world_state.observed != direct.world_state.observed

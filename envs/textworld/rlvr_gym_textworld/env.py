@@ -30,8 +30,9 @@ class ALFWorldEnv(Env):
     ``numpy.random.default_rng(task seed)``, so a task always gives the same world whatever seed ``reset``
     gets. Without a task (or a task without a seed), the world is generated from ``self.np_random``.
 
-    Every ``info`` carries ``admissible_actions`` (sorted list of str), ``goal`` (the task sentence) and
-    ``task_type``; the final step adds ``reward_details`` and ``success``; a malformed or impossible command
+    Every ``info`` carries ``admissible_actions`` (sorted list of str), ``goal`` (the task sentence),
+    ``task_type`` and ``state_key`` (:meth:`WorldState.key`, the anchor of GiGPO's step groups); the final
+    step adds ``reward_details`` and ``success``; a malformed or impossible command
     adds ``failure`` (``parse_error`` or ``invalid_action``) and leaves the world unchanged.
 
     Args:
@@ -124,6 +125,7 @@ class ALFWorldEnv(Env):
             "admissible_actions": admissible_actions(state),
             "goal": state.goal.text(),
             "task_type": state.goal.task_type,
+            "state_key": state.key(),
         }
 
     def _decorate(self, obs: str) -> str:

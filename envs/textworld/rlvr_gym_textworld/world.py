@@ -16,6 +16,7 @@ microseconds.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from typing import Any
 
 TASK_TYPES: tuple[str, ...] = (
@@ -285,6 +286,14 @@ class WorldState:
             set(self.cool),
             set(self.observed),
         )
+
+    def key(self) -> str:
+        """A 16-hex-digit digest of everything commands change: room, location, what is held, where each
+        object lies (in order), open receptacles, lamps and treated objects. Two states of one house with equal
+        keys answer every command alike; ``observed`` (what the agent has seen) is left out."""
+        parts = (self.room, self.location, self.holding, sorted(self.contents.items()), sorted(self.is_open.items()),
+                 sorted(self.lamp_on.items()), sorted(self.clean), sorted(self.hot), sorted(self.cool))
+        return hashlib.blake2b(repr(parts).encode(), digest_size=8).hexdigest()
 
     def where(self, obj: str) -> str | None:
         """The receptacle holding ``obj``, or None when the agent holds it."""
