@@ -85,7 +85,12 @@ class SFTConfig:
     expert: str = "gold"
     """The demonstrator: ``gold`` (replay the task's gold actions) or ``package.module:function`` (env) -> action."""
     mistake_rate: float = 0.25
-    """Fraction of turns where a random admissible action is taken (kept in context, out of the loss)."""
+    """Fraction of turns where a random admissible action is taken (kept in context; out of the loss unless
+    ``train_on_mistakes``)."""
+    train_on_mistakes: bool = False
+    """Also imitate the injected mistakes: the warm start then takes a random admissible action about
+    ``mistake_rate`` of the time, a noisy expert whose greedy action is still the expert's (imitation of
+    demonstrations with errors); False: mistakes only teach recovery."""
     episodes_per_batch: int = 8
     """Demonstration episodes per optimizer step."""
     num_demos: int = 2000

@@ -2,7 +2,8 @@
 
 Demonstrations: an expert (oracle) picks each action; with probability ``mistake_rate`` a random admissible
 action is taken instead and the expert recovers from the state it leads to. Mistakes stay in the context
-(the policy learns to recover) but out of the loss (it never learns to make them). This follows the
+(the policy learns to recover) but out of the loss (it never learns to make them), unless
+``sft.train_on_mistakes`` makes the warm start imitate them too (a noisy expert). This follows the
 calibration run in the pitfalls file: from a ~0% start GRPO has nothing to learn, so the warm start must
 give non-trivial *sampled* success; it is the fragile part, hence the loss threshold and a time cap.
 
@@ -40,7 +41,7 @@ class Demonstration:
     Attributes:
         observations: ``observations[i]`` is what the agent saw before ``actions[i]``.
         actions: the actions taken.
-        trained: per action, False for an injected mistake (kept in context, out of the loss).
+        trained: per action, False for an injected mistake left out of the loss (kept in context).
         success: whether the episode ended in success.
     """
 
@@ -104,7 +105,8 @@ def import_callable(target: str, setting: str) -> Any:
 
 
 def demonstrate(task: Task, expert: Expert, mistake_rate: float, rng: random.Random,
-                env_factory: Callable[..., Env] = rlvr_gym.make, max_turns: int | None = None) -> Demonstration:
+                env_factory: Callable[..., Env] = rlvr_gym.make, max_turns: int | None = None,
+                train_on_mistakes: bool = False) -> Demonstration:
     """Runs one episode with ``expert`` and random admissible mistakes.
 
     Args:
@@ -114,6 +116,7 @@ def demonstrate(task: Task, expert: Expert, mistake_rate: float, rng: random.Ran
         rng: the random generator of mistakes.
         env_factory: builds the env.
         max_turns: overrides the env's turn limit.
+        train_on_mistakes: mark the mistakes ``trained`` too (imitated), not only kept in context.
     """
     env = env_factory(task.env_id) if max_turns is None else env_factory(task.env_id, max_turns=max_turns)
     try:
@@ -123,7 +126,7 @@ def demonstrate(task: Task, expert: Expert, mistake_rate: float, rng: random.Ran
             action, trained = expert(env), True
             choices = [a for a in info.get("admissible_actions", []) if a != action]
             if choices and rng.random() < mistake_rate:
-                action, trained = rng.choice(choices), False
+                action, trained = rng.choice(choices), train_on_mistakes
             demo.observations.append(observation)
             demo.actions.append(action)
             demo.trained.append(trained)

@@ -53,7 +53,8 @@ def collect_demonstrations(config: TrainConfig, tasks: list[Task] | None, num_ep
     pool = tasks or [Task(id=f"demo-{i}", env_id=config.env.env_id, options={"seed": 3_000_000 + i})
                      for i in range(num_episodes)]
     order = [pool[i % len(pool)] for i in range(num_episodes)]
-    return [demonstrate(task, expert, config.sft.mistake_rate, rng, max_turns=config.env.max_turns) for task in order]
+    return [demonstrate(task, expert, config.sft.mistake_rate, rng, max_turns=config.env.max_turns,
+                        train_on_mistakes=config.sft.train_on_mistakes) for task in order]
 
 
 def demonstration_tasks(config: TrainConfig, train_tasks: list[Task] | None) -> list[Task] | None:

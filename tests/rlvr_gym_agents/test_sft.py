@@ -51,6 +51,14 @@ def test_textworld_oracle_demonstrations_recover_from_mistakes() -> None:
     assert all(len(d.observations) == len(d.actions) + 1 for d in demos)
 
 
+def test_train_on_mistakes_imitates_the_same_episodes() -> None:
+    tasks = list(load_suite("textworld/easy-train"))[:10]
+    kept = [demonstrate(task, oracle_expert, 0.25, random.Random(1)) for task in tasks]
+    imitated = [demonstrate(task, oracle_expert, 0.25, random.Random(1), train_on_mistakes=True) for task in tasks]
+    assert [d.actions for d in kept] == [d.actions for d in imitated]  # same draws, same episodes
+    assert not all(t for d in kept for t in d.trained) and all(t for d in imitated for t in d.trained)
+
+
 def test_gold_expert_replays_gold_and_names_missing_actions() -> None:
     env = rlvr_gym.make("testing/Echo-v0")
     task = echo_tasks(1)[0]
