@@ -3,7 +3,8 @@
 Usage::
 
     .venv/bin/python benchmarks/tree_vs_flat_learning.py --warm-start runs/quickstart-seed0/sft_model
-        [--seeds 0 1 2] [--steps 30] [--eval-every 5] [--credit treerl] [--out runs/bench-tree-vs-flat]
+        [--seeds 0 1 2] [--steps 30] [--eval-every 5] [--credit treerl] [--flat-credit soft]
+        [--out runs/bench-tree-vs-flat]
         [--tasks-per-step 8] [--group-size 8] [--eval-tasks 50] [--threads 1] [--set key=value ...]
 
 For each seed, :func:`rlvr_gym_agents.trainer.train` runs twice from the same warm-started policy directory
@@ -11,7 +12,8 @@ For each seed, :func:`rlvr_gym_agents.trainer.train` runs twice from the same wa
 into ``OUT/warm-seed<seed>`` and its ``sft_model`` is used):
 
 - flat GRPO (the baseline): ``agents/recipes/quickstart.yaml`` (textworld/ALFWorld-Starter-v0, starter
-  suites), ``group_size`` independent episodes per task;
+  suites), ``group_size`` independent episodes per task, with ``algorithm.credit=--flat-credit`` (``soft``,
+  one GRPO advantage per episode, unless told otherwise);
 - tree: the same settings with ``rollout.sampler=tree``, the ``rollout.tree`` section of
   ``agents/recipes/textworld-tree.yaml`` and ``algorithm.credit=--credit`` (TreeRL or GiGPO turn-level credit).
 
@@ -42,6 +44,7 @@ from typing import Any
 import numpy as np
 import yaml
 from rlvr_gym_agents.config import TrainConfig, load_config, to_dict
+from rlvr_gym_agents.flat_credit import FLAT_CREDIT_MODES
 from rlvr_gym_agents.trainer import train
 from rlvr_gym_agents.tree import TREE_CREDIT_MODES
 
@@ -61,6 +64,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--eval-every", type=int, default=5, help="held-out evaluation every N RL steps")
     parser.add_argument("--credit", choices=list(TREE_CREDIT_MODES), default="treerl",
                         help="tree credit assignment (treerl, gigpo, ...; soft = GRPO over each tree's leaves)")
+    parser.add_argument("--flat-credit", choices=list(FLAT_CREDIT_MODES), default="soft",
+                        help="flat baseline's credit: soft = flat GRPO (default), gigpo = GiGPO over flat groups")
     parser.add_argument("--tasks-per-step", type=int, default=None, help="default: the quickstart's (8)")
     parser.add_argument("--group-size", type=int, default=None, help="episodes (leaves) per task; default 8")
     parser.add_argument("--eval-tasks", type=int, default=None, help="held-out tasks; default the quickstart's 50")
@@ -92,6 +97,11 @@ def common_overrides(args: argparse.Namespace, seed: int) -> list[str]:
     if args.eval_tasks is not None:
         overrides.append(f"eval.num_tasks={args.eval_tasks}")
     return overrides + list(args.overrides)
+
+
+def variant_overrides(args: argparse.Namespace, variant: str) -> list[str]:
+    """What sets a variant apart: the tree sampler and ``--credit``, or flat with ``--flat-credit``."""
+    return tree_overrides(args.credit) if variant == "tree" else [f"algorithm.credit={args.flat_credit}"]
 
 
 def tree_overrides(credit: str) -> list[str]:
@@ -130,8 +140,7 @@ def run_variant(args: argparse.Namespace, seed: int, variant: str, warm: Path) -
     overrides = [*common_overrides(args, seed), f"model.path_or_id={warm}", "sft.enabled=false",
                  f"train.num_steps={args.steps}", f"eval.every_steps={args.eval_every}", "train.max_time_s=null",
                  f"output.dir={run_dir}"]
-    if variant == "tree":
-        overrides += tree_overrides(args.credit)
+    overrides += variant_overrides(args, variant)
     config = load_config(FLAT_RECIPE, overrides)
     saved = run_dir / "config.json"
     if saved.is_file() and effective_settings(json.loads(saved.read_text(encoding="utf-8"))) != effective_settings(
@@ -287,7 +296,7 @@ def main(argv: list[str] | None = None) -> None:
     rows = [{"seed": seed, **compare(curves["flat"][seed], curves["tree"][seed], m)}
             for seed in args.seeds for m in METRICS]
     rows += [{"seed": "mean", **compare(means["flat"], means["tree"], m)} for m in METRICS]
-    print(f"\nTree ({args.credit} credit) vs flat GRPO, held-out pass@1 against generated tokens "
+    print(f"\nTree ({args.credit} credit) vs flat ({args.flat_credit} credit), held-out pass@1 against generated tokens "
           f"({args.steps} RL steps, same leaves per step; target tree/flat <= 0.50):")
     print_table(rows)
     ratios = [r["ratio"] for r in rows if r["seed"] != "mean" and r["metric"] == "sampled"]
@@ -299,7 +308,7 @@ def main(argv: list[str] | None = None) -> None:
         walls = [wall_s(args.out / f"{variant}-seed{seed}") for seed in args.seeds]
         print(f"{variant}: generated tokens per run {', '.join(f'{t:,}' for t in totals)}; "
               f"wall s per run {', '.join(f'{w:.0f}' for w in walls)}")
-    title = f"tree ({args.credit}) vs flat GRPO, seeds {args.seeds}, {args.steps} RL steps each"
+    title = f"tree ({args.credit}) vs flat ({args.flat_credit}), seeds {args.seeds}, {args.steps} RL steps each"
     plot(curves, means, args.out / "tree_vs_flat_learning.png", title)
     result = {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
               "curves": curves, "means": means, "rows": rows}

@@ -33,9 +33,12 @@ def test_both_variants_share_the_quickstart_settings_and_differ_in_sampler_and_c
                              "--tasks-per-step", "2", "--group-size", "4", "--credit", "gigpo"])
     common = [*bench.common_overrides(args, 1), "model.path_or_id=/some/dir", "train.max_time_s=null",
               f"output.dir={tmp_path}"]
-    flat = load_config(bench.FLAT_RECIPE, common)
-    tree = load_config(bench.FLAT_RECIPE, common + bench.tree_overrides(args.credit))
+    flat = load_config(bench.FLAT_RECIPE, common + bench.variant_overrides(args, "flat"))
+    tree = load_config(bench.FLAT_RECIPE, common + bench.variant_overrides(args, "tree"))
     assert flat.rollout.sampler == "flat" and tree.rollout.sampler == "tree" and tree.algorithm.credit == "gigpo"
+    assert flat.algorithm.credit == "soft"  # the baseline is flat GRPO whatever the quickstart's credit
+    gigpo_args = bench.parse_args(["--flat-credit", "gigpo"])
+    assert load_config(bench.FLAT_RECIPE, common + bench.variant_overrides(gigpo_args, "flat")).algorithm.credit == "gigpo"
     assert tree.rollout.tree.global_samples == 2 and tree.rollout.tree.branch.alpha == 0.2  # textworld-tree.yaml
     assert tree.rollout.tree.num_leaves == flat.train.group_size == 4 and tree.train.max_time_s is None
     assert tree.env == flat.env and flat.env.env_id == "textworld/ALFWorld-Starter-v0"
