@@ -26,7 +26,7 @@ SAMPLING = SamplingParams(max_new_tokens=4)
 
 def test_tree_recipe_selects_the_tree_sampler_and_derives_its_leaves() -> None:
     config = load_config(RECIPE, ["seed=3", "rollout.tree.branch.alpha=0.35", "train.group_size=6", "env.max_turns=5"])
-    assert config.rollout.sampler == "tree" and config.algorithm.credit == "soft"
+    assert config.rollout.sampler == "tree" and config.algorithm.credit == "gigpo"
     assert config.output.dir.endswith("seed3")
     tree = config.rollout.tree
     assert tree.num_leaves == 6 and tree.max_turns == 5 and tree.reuse_kv_cache is True
