@@ -139,7 +139,8 @@ class AlgorithmConfig:
     """The GRPO-family update."""
 
     estimator: str = "grpo"
-    """Group advantage estimator: grpo, drgrpo or rloo."""
+    """Group advantage estimator: grpo, drgrpo or rloo (``credit: gigpo`` centres, and scales with
+    ``gigpo.std_norm``, instead)."""
     credit: str = "soft"
     """Credit assignment: ``soft`` (one group advantage per episode) or ``gigpo`` (per-turn GiGPO advantages:
     anchor states are the env's ``state_key`` with the flat sampler, the forked node with the tree sampler), or,

@@ -67,3 +67,11 @@ def test_gigpo_with_omega_zero_is_mean_centred_soft_credit() -> None:
         torch.testing.assert_close(g, s)
     with pytest.raises(ValueError, match="unknown tree credit mode"):
         tree.token_advantages("nope")
+
+
+def test_gigpo_std_norm_with_omega_zero_is_grpo_soft_credit() -> None:
+    tree = _tree()
+    scaled = tree.token_advantages("gigpo", gamma=1.0, omega=0.0, std_norm=True)
+    for g, s in zip(scaled, tree.token_advantages("soft", estimator="grpo"), strict=True):
+        torch.testing.assert_close(g, s)
+    assert not torch.allclose(scaled[0], tree.token_advantages("gigpo", gamma=1.0, omega=0.0)[0])
