@@ -236,3 +236,11 @@ def test_state_key_names_the_state_not_the_path_to_it() -> None:
     # same place, same objects: equal keys, although one agent saw more on the way
     assert straight["state_key"] == there["state_key"]
     assert env.world_state.observed != direct.world_state.observed
+
+
+def test_state_key_returns_when_a_receptacle_is_opened_and_closed_again() -> None:
+    env = rlvr_gym.make("textworld/ALFWorld-Easy-v0")
+    env.reset(seed=1)
+    closed = env.step("go to cabinet 1").info["state_key"]
+    opened = env.step("open cabinet 1").info["state_key"]
+    assert opened != closed and env.step("close cabinet 1").info["state_key"] == closed
