@@ -5,7 +5,7 @@ Usage::
     .venv/bin/python benchmarks/tree_vs_flat_learning.py --warm-start runs/quickstart-seed0/sft_model
         [--seeds 0 1 2] [--steps 30] [--eval-every 5] [--credit treerl] [--flat-credit soft]
         [--out runs/bench-tree-vs-flat]
-        [--tasks-per-step 8] [--group-size 8] [--eval-tasks 50] [--threads 1] [--set key=value ...]
+        [--tasks-per-step 8] [--group-size 8] [--eval-tasks 50] [--threads 2] [--set key=value ...]
 
 For each seed, :func:`rlvr_gym_agents.trainer.train` runs twice from the same warm-started policy directory
 (``--warm-start``; without it, the quickstart recipe's SFT is run once per seed with ``train.num_steps=0``
@@ -28,8 +28,9 @@ ratio ``tree tokens to reach / flat total tokens`` (issue 3's target: <= 0.5; "n
 does). Writes ``OUT/tree_vs_flat_learning.png`` (thin lines per seed, thick means) and
 ``OUT/tree_vs_flat_learning.json`` (every point). A run directory that already holds ``summary.json`` is
 reused, not retrained; an interrupted one resumes from its checkpoint; one holding other settings is an error.
-So seeds can run as separate processes into the same ``--out`` (one core each: ``--seeds 0`` and ``--seeds 1``
-side by side), and a last call with every seed only reads the runs and prints the table. Numbers only.
+So seeds can run as separate processes into the same ``--out`` (``--threads 1`` each: ``--seeds 0`` and
+``--seeds 1`` side by side; one run with both cores is faster on an idle 2-core machine), and a last call with
+every seed only reads the runs and prints the table. Numbers only.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tasks-per-step", type=int, default=None, help="default: the quickstart's (8)")
     parser.add_argument("--group-size", type=int, default=None, help="episodes (leaves) per task; default 8")
     parser.add_argument("--eval-tasks", type=int, default=None, help="held-out tasks; default the quickstart's 50")
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads per run (model.num_threads)")
+    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads per run (model.num_threads)")
     parser.add_argument("--set", dest="overrides", nargs="*", default=[], metavar="KEY=VALUE",
                         help="extra recipe overrides for both variants (and the warm start), e.g. eval.k=2")
     parser.add_argument("--progress", action="store_true", help="show the trainer's progress bars")

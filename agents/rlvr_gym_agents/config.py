@@ -46,6 +46,11 @@ class ModelConfig:
     """Longest context (tiny policy: its position table; hub models: the rollout's limit)."""
     corpus_episodes: int = 600
     """Tiny policy: demonstration episodes whose text trains the word-level tokenizer."""
+    corpus: str | None = None
+    """Tiny policy: extra tokenizer text, ``package.module:function`` called as ``function(env.env_id,
+    corpus_episodes, seed)`` -> list of str, e.g. ``rlvr_gym_textworld:corpus_texts`` (every failure message of
+    the text world: the demonstrations alone show only what the expert's actions produce, and a word missing
+    from the vocabulary reaches the policy as ``<unk>``)."""
     device: str = "cpu"
     """``cpu`` or ``cuda[:N]``."""
     dtype: str = "float32"
@@ -87,6 +92,12 @@ class SFTConfig:
     mistake_rate: float = 0.25
     """Fraction of turns where a random admissible action is taken (kept in context; out of the loss unless
     ``train_on_mistakes``)."""
+    invalid_rate: float = 0.0
+    """Fraction of turns where an action the env rejects is taken (from ``invalid_actions``): its failure
+    feedback and the expert's recovery enter the demonstration, the action itself is never imitated."""
+    invalid_actions: str | None = None
+    """``package.module:function`` called as ``function(env)`` -> the actions the env's current state rejects,
+    e.g. ``rlvr_gym_textworld:impossible_actions``; required when ``invalid_rate > 0``."""
     train_on_mistakes: bool = False
     """Also imitate the injected mistakes: the warm start then takes a random admissible action about
     ``mistake_rate`` of the time, a noisy expert whose greedy action is still the expert's (imitation of
@@ -239,6 +250,13 @@ class TrainConfig:
         if self.train.group_size < 2:
             raise ConfigError(f"train.group_size must be >= 2 for group advantages, got {self.train.group_size}")
         self._derive_rollout()
+        sft = self.sft
+        if not (0.0 <= sft.mistake_rate and 0.0 <= sft.invalid_rate and sft.mistake_rate + sft.invalid_rate < 1.0):
+            raise ConfigError(f"sft.mistake_rate and sft.invalid_rate must be >= 0 with a sum below 1, got "
+                              f"{sft.mistake_rate} and {sft.invalid_rate}")
+        if sft.invalid_rate > 0 and sft.invalid_actions is None:
+            raise ConfigError(f"sft.invalid_rate={sft.invalid_rate} needs sft.invalid_actions, the function that lists "
+                              "the actions the env rejects, e.g. rlvr_gym_textworld:impossible_actions")
         if self.env.num_workers < 0:
             raise ConfigError(f"env.num_workers must be >= 0 (0 = in-process envs), got {self.env.num_workers}")
         return self

@@ -1,7 +1,9 @@
 """Warm start by behaviour cloning of oracle demonstrations with injected mistakes.
 
 Demonstrations: an expert (oracle) picks each action; with probability ``mistake_rate`` a random admissible
-action is taken instead and the expert recovers from the state it leads to. Mistakes stay in the context
+action is taken instead and the expert recovers from the state it leads to; with probability
+``invalid_rate`` an action the env rejects (``sft.invalid_actions``), so the demonstrations show the env's
+failure feedback and a recovery from it, as a policy's own invalid actions will. Mistakes stay in the context
 (the policy learns to recover) but out of the loss (it never learns to make them), unless
 ``sft.train_on_mistakes`` makes the warm start imitate them too (a noisy expert). This follows the
 calibration run in the pitfalls file: from a ~0% start GRPO has nothing to learn, so the warm start must
@@ -106,8 +108,14 @@ def import_callable(target: str, setting: str) -> Any:
 
 def demonstrate(task: Task, expert: Expert, mistake_rate: float, rng: random.Random,
                 env_factory: Callable[..., Env] = rlvr_gym.make, max_turns: int | None = None,
-                train_on_mistakes: bool = False) -> Demonstration:
-    """Runs one episode with ``expert`` and random admissible mistakes.
+                train_on_mistakes: bool = False, invalid_rate: float = 0.0,
+                invalid_actions: Callable[[Env], list[str]] | None = None) -> Demonstration:
+    """Runs one episode with ``expert``, random admissible mistakes and actions the env rejects.
+
+    Each turn draws one uniform number u: u < ``invalid_rate`` takes a random action of
+    ``invalid_actions(env)``, one with the expert's first word (its verb) when there is one (never imitated:
+    the demonstration shows its failure feedback and the expert's recovery); u < ``invalid_rate + mistake_rate`` takes a random admissible action other than the expert's;
+    otherwise the expert's action.
 
     Args:
         task: the task to run.
@@ -116,17 +124,17 @@ def demonstrate(task: Task, expert: Expert, mistake_rate: float, rng: random.Ran
         rng: the random generator of mistakes.
         env_factory: builds the env.
         max_turns: overrides the env's turn limit.
-        train_on_mistakes: mark the mistakes ``trained`` too (imitated), not only kept in context.
+        train_on_mistakes: mark the admissible mistakes ``trained`` too (imitated), not only kept in context.
+        invalid_rate: probability in [0, 1) of an action the env rejects; needs ``invalid_actions``.
+        invalid_actions: lists the actions the env's current state rejects.
     """
     env = env_factory(task.env_id) if max_turns is None else env_factory(task.env_id, max_turns=max_turns)
     try:
         observation, info = env.reset(options={"task": task})
         demo = Demonstration([], [], [], False)
         while True:
-            action, trained = expert(env), True
-            choices = [a for a in info.get("admissible_actions", []) if a != action]
-            if choices and rng.random() < mistake_rate:
-                action, trained = rng.choice(choices), train_on_mistakes
+            action, trained = _demonstrated_action(env, info, expert, rng, mistake_rate, invalid_rate,
+                                                   invalid_actions, train_on_mistakes)
             demo.observations.append(observation)
             demo.actions.append(action)
             demo.trained.append(trained)
@@ -137,6 +145,24 @@ def demonstrate(task: Task, expert: Expert, mistake_rate: float, rng: random.Ran
                 return demo
     finally:
         env.close()
+
+
+def _demonstrated_action(env: Env, info: dict[str, Any], expert: Expert, rng: random.Random, mistake_rate: float,
+                         invalid_rate: float, invalid_actions: Callable[[Env], list[str]] | None,
+                         train_on_mistakes: bool) -> tuple[str, bool]:
+    """The action of one demonstrated turn and whether it is imitated (see :func:`demonstrate`)."""
+    action = expert(env)
+    draw = rng.random()
+    if draw < invalid_rate and invalid_actions is not None:
+        rejected = invalid_actions(env)
+        verb = action.split(" ", 1)[0]
+        alike = [a for a in rejected if a.split(" ", 1)[0] == verb]  # a slip on the expert's own command
+        if alike or rejected:
+            return rng.choice(alike or rejected), False
+    choices = [a for a in info.get("admissible_actions", []) if a != action]
+    if choices and invalid_rate <= draw < invalid_rate + mistake_rate:
+        return rng.choice(choices), train_on_mistakes
+    return action, True
 
 
 def demonstration_ids(demo: Demonstration, chat: ChatFormat) -> tuple[list[int], list[int]]:

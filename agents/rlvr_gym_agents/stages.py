@@ -50,11 +50,14 @@ def collect_demonstrations(config: TrainConfig, tasks: list[Task] | None, num_ep
     """``num_episodes`` expert episodes with injected mistakes, cycling over ``tasks`` (or seeded tasks)."""
     rng = random.Random(seed)
     expert = load_expert(config.sft.expert)
+    invalid = None if config.sft.invalid_actions is None else import_callable(config.sft.invalid_actions,
+                                                                              "sft.invalid_actions")
     pool = tasks or [Task(id=f"demo-{i}", env_id=config.env.env_id, options={"seed": 3_000_000 + i})
                      for i in range(num_episodes)]
     order = [pool[i % len(pool)] for i in range(num_episodes)]
     return [demonstrate(task, expert, config.sft.mistake_rate, rng, max_turns=config.env.max_turns,
-                        train_on_mistakes=config.sft.train_on_mistakes) for task in order]
+                        train_on_mistakes=config.sft.train_on_mistakes, invalid_rate=config.sft.invalid_rate,
+                        invalid_actions=invalid) for task in order]
 
 
 def demonstration_tasks(config: TrainConfig, train_tasks: list[Task] | None) -> list[Task] | None:
@@ -86,7 +89,7 @@ def build_policy(config: TrainConfig, run_dir: Path, train_tasks: list[Task] | N
             with console.status("building the tiny tokenizer and model from env text"):
                 demos = collect_demonstrations(config, train_tasks, config.model.corpus_episodes, config.seed)
                 demos += collect_demonstrations(config, test_tasks, len(test_tasks), config.seed + 1)
-                save_tiny_policy(_corpus(demos), path, seed=config.seed, hidden_size=config.model.hidden_size,
+                save_tiny_policy(_corpus(demos) + extra_corpus(config), path, seed=config.seed, hidden_size=config.model.hidden_size,
                                  num_layers=config.model.num_layers, num_heads=config.model.num_heads,
                                  intermediate_size=config.model.intermediate_size,
                                  max_context_tokens=config.model.max_context_tokens)
@@ -108,6 +111,18 @@ def build_rollout_policy(config: TrainConfig, policy: TransformersPolicy, model_
 
     return VLLMPolicy(model_path, policy.stop_token_ids, max_context_tokens=config.model.max_context_tokens,
                       seed=config.seed)
+
+
+def extra_corpus(config: TrainConfig) -> list[str]:
+    """``model.corpus``'s texts for the tiny tokenizer (none when unset).
+
+    Raises:
+        ValueError: when ``model.corpus`` is not ``package.module:function``.
+    """
+    if config.model.corpus is None:
+        return []
+    return list(import_callable(config.model.corpus, "model.corpus")(config.env.env_id, config.model.corpus_episodes,
+                                                                      config.seed))
 
 
 def _corpus(demos: list[Demonstration]) -> list[str]:

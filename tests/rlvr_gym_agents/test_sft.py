@@ -20,6 +20,9 @@ from rlvr_gym_agents.sft import (
     oracle_expert,
     warmup_cosine,
 )
+from rlvr_gym_agents.sft import (
+    _demonstrated_action as sft_action,
+)
 
 import rlvr_gym
 from rlvr_gym import load_suite
@@ -144,3 +147,69 @@ def test_demonstration_tasks_from_a_generator_are_fresh_training_worlds() -> Non
     assert demonstration_tasks(load_config(None, ["sft.num_demos=30"]), train) is train
     with pytest.raises(ValueError, match="package.module:function"):
         demonstration_tasks(load_config(None, ["sft.demo_tasks=generate_tasks"]), train)
+
+
+def test_invalid_mistakes_are_rejected_never_imitated_and_followed_by_recovery() -> None:
+    from rlvr_gym_textworld import impossible_actions
+
+    tasks = list(load_suite("textworld/easy-train"))[:20]
+    demos = [demonstrate(task, oracle_expert, 0.0, random.Random(i), invalid_rate=0.3,
+                         invalid_actions=impossible_actions) for i, task in enumerate(tasks)]
+    replayed, rejected = 0, 0
+    for task, demo in zip(tasks, demos):
+        env = rlvr_gym.make(task.env_id)
+        env.reset(options={"task": task})
+        for action, trained, seen in zip(demo.actions, demo.trained, demo.observations[1:]):
+            observation, *_, info = env.step(action)
+            assert observation == seen  # the env's feedback is what the demonstration holds
+            failure = info.get("failure")
+            kinds = set() if failure is None else {failure.kind.value, failure.details.get("step_failure", {}).get("kind")}
+            assert ("invalid_action" in kinds) == (not trained)  # exactly the injected actions are rejected
+            rejected += not trained
+            replayed += 1
+        env.close()
+    assert 0.15 < rejected / replayed < 0.45
+    assert sum(d.success for d in demos) >= 12  # the expert recovers after each rejected action
+
+
+def test_invalid_mistakes_slip_on_the_experts_verb() -> None:
+    env = rlvr_gym.make("testing/Echo-v0")
+    env.reset(seed=0)
+    rejected = ["say x", "shout y", "say z"]
+    actions = {
+        sft_action(env, {"admissible_actions": []}, lambda _: "say apple", random.Random(seed), 0.0, 1.0,
+                   lambda _: rejected, False)
+        for seed in range(40)
+    }
+    assert actions == {("say x", False), ("say z", False)}  # the expert's verb, never imitated
+    other = sft_action(env, {}, lambda _: "whisper apple", random.Random(0), 0.0, 1.0, lambda _: rejected, False)
+    assert other[0] in rejected and not other[1]  # no rejected action on that verb: any rejected one
+    expert = sft_action(env, {}, lambda _: "say apple", random.Random(0), 0.0, 1.0, lambda _: [], False)
+    assert expert == ("say apple", True)  # nothing to reject: the expert's action
+    env.close()
+
+
+def test_sft_rates_are_checked() -> None:
+    from rlvr_gym_agents.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match="sft.invalid_actions"):
+        load_config(None, ["sft.invalid_rate=0.1"])
+    with pytest.raises(ConfigError, match="sum below 1"):
+        load_config(None, ["sft.invalid_rate=0.6", "sft.mistake_rate=0.5",
+                           "sft.invalid_actions=rlvr_gym_textworld:impossible_actions"])
+
+
+def test_model_corpus_adds_the_failure_messages_demonstrations_never_show() -> None:
+    from rlvr_gym_agents.config import load_config
+    from rlvr_gym_agents.stages import _corpus, collect_demonstrations, extra_corpus
+
+    config = load_config(None, ["env.env_id=textworld/ALFWorld-Starter-v0", "model.corpus_episodes=20",
+                                "sft.expert=oracle", "sft.mistake_rate=0.25"])
+    demos = _corpus(collect_demonstrations(config, None, 20, 0))
+    assert extra_corpus(config) == []
+    assert not any(text.startswith("There is no ") for text in demos)  # admissible mistakes never fail
+    extra = extra_corpus(load_config(None, ["env.env_id=textworld/ALFWorld-Starter-v0", "model.corpus_episodes=20",
+                                            "model.corpus=rlvr_gym_textworld:corpus_texts"]))
+    assert any(text.startswith("There is no ") for text in extra)
+    with pytest.raises(ValueError, match="model.corpus"):
+        extra_corpus(load_config(None, ["model.corpus=corpus_texts"]))

@@ -50,3 +50,22 @@ def test_all_commands_are_well_formed(state) -> None:  # type: ignore[no-untyped
     for command in all_commands(state):
         outcome = apply_command(state.copy(), command)
         assert outcome.failure is None or outcome.failure.kind.value == "invalid_action", command
+
+
+def test_impossible_actions_are_exactly_the_rejected_commands() -> None:
+    from rlvr_gym_textworld import impossible_actions
+
+    for task in generate_tasks("textworld/ALFWorld-Easy-v0", "train", 5):
+        env = rlvr_gym.make(task.env_id)
+        _, info = env.reset(options={"task": task})
+        for step in range(3):
+            rejected = impossible_actions(env)
+            assert rejected and not set(rejected) & set(info["admissible_actions"])
+            for command in rejected:
+                assert env.fork().step(command).info["failure"] is not None, command
+            for command in set(all_commands(env.world_state)) - set(rejected):
+                assert env.fork().step(command).info.get("failure") is None, command
+            _, _, _, _, info = env.step(env.oracle_action())
+        env.close()
+    with pytest.raises(TypeError, match="ALFWorldEnv"):
+        impossible_actions(rlvr_gym.make("testing/Echo-v0"))

@@ -11,13 +11,14 @@ Registers (when imported):
 
 Public API: :class:`ALFWorldEnv`, :func:`generate_tasks`, :func:`generate_world`, :func:`verify`,
 :func:`oracle_next_action`, :func:`oracle_plan`, :func:`wrong_plan`, :func:`apply_command`,
-:func:`admissible_actions`, `exploring_expert` (an SFT expert function), :func:`corpus_texts` (every text the agent can see, for a word-level tokenizer).
+:func:`admissible_actions`, `exploring_expert` (an SFT expert function), :func:`corpus_texts` (every text the agent can see, for a word-level tokenizer),
+:func:`impossible_actions` (commands the current state rejects, for SFT demonstrations with invalid mistakes).
 """
 
 from rlvr_gym.registry import register
 from rlvr_gym_textworld.corpus import corpus_texts
 from rlvr_gym_textworld.engine import admissible_actions, apply_command
-from rlvr_gym_textworld.env import ALFWorldEnv, exploring_expert
+from rlvr_gym_textworld.env import ALFWorldEnv, exploring_expert, impossible_actions
 from rlvr_gym_textworld.generator import DIFFICULTIES, Difficulty, generate_world
 from rlvr_gym_textworld.oracle import OracleError, oracle_next_action, oracle_plan, wrong_plan
 from rlvr_gym_textworld.suites import generate_tasks
@@ -40,6 +41,7 @@ __all__ = [
     "exploring_expert",
     "generate_tasks",
     "generate_world",
+    "impossible_actions",
     "oracle_next_action",
     "oracle_plan",
     "verify",

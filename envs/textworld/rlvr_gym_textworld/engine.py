@@ -344,12 +344,15 @@ def _actions_at_receptacle(state: WorldState, here: str, held: str | None) -> li
     actions = [f"examine {here}"]
     if here in state.is_open:
         actions.append(f"{'close' if state.is_open[here] else 'open'} {here}")
-    actions += [f"use {lamp}" for lamp, host in state.house.lamps.items() if host == here]
+    lamps = [lamp for lamp, host in state.house.lamps.items() if host == here]
+    actions += [f"use {lamp}" for lamp in lamps] + [f"examine {lamp}" for lamp in lamps]
     if held is not None:
         actions += [f"{verb} {held} with {here}" for verb, kind in APPLIANCE.items() if entity_type(here) == kind]
     if state.accessible(here):
+        in_view = sorted(state.contents[here], key=natural_key)
+        actions += [f"examine {obj}" for obj in in_view]
         if held is None:
-            actions += [f"take {obj} from {here}" for obj in sorted(state.contents[here], key=natural_key)]
+            actions += [f"take {obj} from {here}" for obj in in_view]
         else:
             actions.append(f"put {held} {preposition(entity_type(here))} {here}")
     return actions

@@ -15,6 +15,7 @@ import numpy as np
 
 from rlvr_gym.core import Env, StepResult, TextSpace
 from rlvr_gym.tasks import Task
+from rlvr_gym_textworld.corpus import all_commands
 from rlvr_gym_textworld.engine import admissible_actions, apply_command, describe_room
 from rlvr_gym_textworld.generator import Difficulty, generate_world, get_difficulty
 from rlvr_gym_textworld.oracle import oracle_next_action
@@ -186,3 +187,21 @@ def exploring_expert(env: Env) -> str:
     if action is None:
         raise ValueError(f"the goal of task {getattr(env.task, 'id', None)!r} already holds; no action to take")
     return action
+
+
+def impossible_actions(env: Env) -> list[str]:
+    """Well-formed commands naming things of ``env``'s house that the current state rejects (taking an object
+    from where it is not, putting down what is not held, cooling with a sink, ...), for SFT demonstrations
+    with invalid mistakes (``sft.invalid_actions=rlvr_gym_textworld:impossible_actions``): the env's feedback
+    to them and the expert's recovery enter the demonstration, the commands themselves are never imitated.
+
+    Returns:
+        The commands of :func:`rlvr_gym_textworld.corpus.all_commands` that are not admissible, in its order.
+
+    Raises:
+        TypeError: when ``env`` is not an :class:`ALFWorldEnv`.
+    """
+    if not isinstance(env, ALFWorldEnv):
+        raise TypeError(f"impossible_actions needs an ALFWorldEnv, got {type(env).__name__}")
+    admissible = set(admissible_actions(env.world_state))
+    return [command for command in all_commands(env.world_state) if command not in admissible]
