@@ -78,9 +78,10 @@ def build_policy(config: TrainConfig, run_dir: Path, train_tasks: list[Task] | N
     """Loads ``model.path_or_id``, or builds the tiny policy once into ``run_dir/tiny_init`` and loads it through
     the same code path as a hub model.
 
-    The tiny tokenizer is trained on the text of expert episodes (with mistakes, so failure messages are in
-    it) on training tasks and on the held-out tasks: the vocabulary must cover every word the agent can see;
-    only the text is used, no held-out episode is trained on.
+    The tiny tokenizer is trained on the text of expert episodes (with admissible mistakes) on training tasks
+    and on the held-out tasks, plus ``model.corpus``'s texts (the env's failure messages, which admissible
+    actions never produce): the vocabulary must cover every word the agent can see; only the text is used, no
+    held-out episode is trained on.
     """
     path = config.model.path_or_id
     if path is None:
