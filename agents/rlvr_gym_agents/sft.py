@@ -197,6 +197,19 @@ def warmup_cosine(step: int, warmup_steps: int, total_steps: int, time_fraction:
     return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
+def time_fraction(elapsed_s: float, steps_done: int, max_steps: int, max_time_s: float) -> float:
+    """The fraction in [0, 1] of the time budget spent, for :func:`warmup_cosine`, or 0.0 while the run is on
+    course to finish its ``max_steps`` within ``max_time_s`` (projected at the mean seconds per step so far).
+
+    So a run that the time cap will not stop follows the step schedule alone, and two runs of one seed get the
+    same learning rates whatever the machine's momentary speed (using the time fraction whenever it was ahead
+    of the step fraction made the early schedule depend on timing, and same-seed warm starts differed).
+    """
+    if steps_done <= 0 or elapsed_s / steps_done * max_steps <= max_time_s:
+        return 0.0
+    return min(1.0, elapsed_s / max_time_s)
+
+
 def behaviour_cloning(model: torch.nn.Module, examples: Sequence[tuple[list[int], list[int]]], *,
                       episodes_per_batch: int, learning_rate: float, warmup_steps: int, max_steps: int,
                       loss_threshold: float, max_time_s: float, seed: int = 0,
@@ -221,9 +234,9 @@ def behaviour_cloning(model: torch.nn.Module, examples: Sequence[tuple[list[int]
     model.train()
     start, ema, tokens, stopped_by, step = time.monotonic(), None, 0, "max_steps", 0
     for step in range(1, max_steps + 1):
-        spent = (time.monotonic() - start) / max_time_s
+        spent = time_fraction(time.monotonic() - start, step - 1, max_steps, max_time_s)
         for group in optimizer.param_groups:
-            group["lr"] = learning_rate * warmup_cosine(step - 1, warmup_steps, max_steps, min(1.0, spent))
+            group["lr"] = learning_rate * warmup_cosine(step - 1, warmup_steps, max_steps, spent)
         ids, mask = next(batches)
         loss = _cross_entropy(model, ids, mask)
         optimizer.zero_grad(set_to_none=True)

@@ -213,3 +213,12 @@ def test_model_corpus_adds_the_failure_messages_demonstrations_never_show() -> N
     assert any(text.startswith("There is no ") for text in extra)
     with pytest.raises(ValueError, match="model.corpus"):
         extra_corpus(load_config(None, ["model.corpus=corpus_texts"]))
+
+
+def test_time_fraction_only_when_the_time_cap_will_bind() -> None:
+    from rlvr_gym_agents.sft import time_fraction
+
+    assert time_fraction(10.0, 0, 2000, 420.0) == 0.0  # no step yet: nothing to project
+    assert time_fraction(16.0, 100, 2000, 420.0) == 0.0  # 0.16 s/step -> 320 s projected, under the cap
+    assert time_fraction(25.0, 100, 2000, 420.0) == pytest.approx(25.0 / 420.0)  # 500 s projected: time counts
+    assert time_fraction(500.0, 1000, 2000, 420.0) == 1.0  # past the cap: clipped
