@@ -114,8 +114,8 @@ def demonstrate(task: Task, expert: Expert, mistake_rate: float, rng: random.Ran
 
     Each turn draws one uniform number u: u < ``invalid_rate`` takes a random action of
     ``invalid_actions(env)``, one with the expert's first word (its verb) when there is one (never imitated:
-    the demonstration shows its failure feedback and the expert's recovery); u < ``invalid_rate + mistake_rate`` takes a random admissible action other than the expert's;
-    otherwise the expert's action.
+    the demonstration shows its failure feedback and the expert's recovery); u < ``invalid_rate +
+    mistake_rate`` takes a random admissible action other than the expert's; otherwise the expert's action.
 
     Args:
         task: the task to run.
@@ -157,7 +157,7 @@ def _demonstrated_action(env: Env, info: dict[str, Any], expert: Expert, rng: ra
         rejected = invalid_actions(env)
         verb = action.split(" ", 1)[0]
         alike = [a for a in rejected if a.split(" ", 1)[0] == verb]  # a slip on the expert's own command
-        if alike or rejected:
+        if rejected:
             return rng.choice(alike or rejected), False
     choices = [a for a in info.get("admissible_actions", []) if a != action]
     if choices and invalid_rate <= draw < invalid_rate + mistake_rate:

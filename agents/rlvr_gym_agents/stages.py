@@ -90,9 +90,9 @@ def build_policy(config: TrainConfig, run_dir: Path, train_tasks: list[Task] | N
             with console.status("building the tiny tokenizer and model from env text"):
                 demos = collect_demonstrations(config, train_tasks, config.model.corpus_episodes, config.seed)
                 demos += collect_demonstrations(config, test_tasks, len(test_tasks), config.seed + 1)
-                save_tiny_policy(_corpus(demos) + extra_corpus(config), path, seed=config.seed, hidden_size=config.model.hidden_size,
-                                 num_layers=config.model.num_layers, num_heads=config.model.num_heads,
-                                 intermediate_size=config.model.intermediate_size,
+                save_tiny_policy(_corpus(demos) + extra_corpus(config), path, seed=config.seed,
+                                 hidden_size=config.model.hidden_size, num_layers=config.model.num_layers,
+                                 num_heads=config.model.num_heads, intermediate_size=config.model.intermediate_size,
                                  max_context_tokens=config.model.max_context_tokens)
     policy = TransformersPolicy.from_pretrained(path, device=config.model.device, dtype=config.model.dtype,
                                                 max_context_tokens=config.model.max_context_tokens, seed=config.seed)
