@@ -13,7 +13,7 @@ into ``OUT/warm-seed<seed>`` and its ``sft_model`` is used):
 
 - flat GRPO (the baseline): ``agents/recipes/quickstart.yaml`` (textworld/ALFWorld-Starter-v0, starter
   suites), ``group_size`` independent episodes per task, with ``algorithm.credit=--flat-credit`` (``soft``,
-  one GRPO advantage per episode, unless told otherwise);
+  one GRPO advantage per episode, unless told otherwise) and without the recipe's invalid-action penalty;
 - tree: the same settings with ``rollout.sampler=tree``, the ``rollout.tree`` section of
   ``agents/recipes/textworld-tree.yaml`` and ``algorithm.credit=--credit`` (TreeRL or GiGPO turn-level credit).
 
@@ -88,8 +88,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def common_overrides(args: argparse.Namespace, seed: int) -> list[str]:
-    """Overrides shared by the warm start and both variants."""
-    overrides = [f"seed={seed}", f"model.num_threads={args.threads}", f"output.progress={str(args.progress).lower()}",
+    """Overrides shared by the warm start and both variants. The quickstart's invalid-action penalty is off
+    (the tree sampler has none, and both variants learn from the same verified reward); ``--set`` may turn it
+    back on for a flat-only comparison."""
+    overrides = ["algorithm.invalid_action_penalty=0", f"seed={seed}", f"model.num_threads={args.threads}", f"output.progress={str(args.progress).lower()}",
                  "output.tensorboard=false"]
     if args.tasks_per_step is not None:
         overrides.append(f"train.tasks_per_step={args.tasks_per_step}")
