@@ -88,10 +88,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def common_overrides(args: argparse.Namespace, seed: int) -> list[str]:
-    """Overrides shared by the warm start and both variants. The quickstart's invalid-action penalty is off
-    (the tree sampler has none, and both variants learn from the same verified reward); ``--set`` may turn it
-    back on for a flat-only comparison."""
-    overrides = ["algorithm.invalid_action_penalty=0", f"seed={seed}", f"model.num_threads={args.threads}", f"output.progress={str(args.progress).lower()}",
+    """Overrides shared by the warm start and both variants. The quickstart's invalid-action penalty is off,
+    so the baseline is plain flat GRPO on the env's reward; ``--set algorithm.invalid_action_penalty=0.1``
+    gives it to both variants."""
+    overrides = ["algorithm.invalid_action_penalty=0", f"seed={seed}", f"model.num_threads={args.threads}",
+                 f"output.progress={str(args.progress).lower()}",
                  "output.tensorboard=false"]
     if args.tasks_per_step is not None:
         overrides.append(f"train.tasks_per_step={args.tasks_per_step}")

@@ -163,8 +163,9 @@ class AlgorithmConfig:
     """Skip groups whose rewards are all equal (zero advantage; DAPO dynamic sampling)."""
     invalid_action_penalty: float = 0.0
     """Subtracted from an episode's return per turn whose action the env rejected (``parse_error`` or
-    ``invalid_action`` failure), as verl-agent's invalid-action penalty; flat sampler only. Failing episodes
-    then differ, so all-failure groups carry signal instead of being dropped."""
+    ``invalid_action`` failure), as verl-agent's invalid-action penalty; with every credit mode, flat or tree
+    (there it lowers the step reward of the rejected turn's node, so tree values and GiGPO step returns see
+    it too). Failing episodes then differ, so all-failure groups carry signal instead of being dropped."""
     epochs: int = 2
     """Passes over each batch of rollouts."""
     num_minibatches: int = 2
@@ -267,9 +268,6 @@ class TrainConfig:
             raise ConfigError(f"rollout.sampler must be flat or tree, got {self.rollout.sampler!r}")
         if self.algorithm.credit not in TREE_CREDIT_MODES:
             raise ConfigError(f"algorithm.credit must be one of {list(TREE_CREDIT_MODES)}, got {self.algorithm.credit!r}")
-        if self.rollout.sampler == "tree" and self.algorithm.invalid_action_penalty:
-            raise ConfigError("algorithm.invalid_action_penalty works with rollout.sampler=flat only (tree leaf "
-                              "rewards are the env's); set it to 0")
         if self.algorithm.invalid_action_penalty < 0:
             raise ConfigError(f"algorithm.invalid_action_penalty must be >= 0, got {self.algorithm.invalid_action_penalty}")
         if self.rollout.sampler == "flat" and self.algorithm.credit not in FLAT_CREDIT_MODES:

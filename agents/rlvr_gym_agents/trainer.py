@@ -197,7 +197,8 @@ def collect_rollouts(config: TrainConfig, policy: Policy, chat: ChatFormat, task
         tree_sampler.num_calls = step  # the call index seeds this step's branching draws
         rollout = tree_sampler.sample(tasks, sampling)
         trajectories, rows = rollout.training_batch(config.algorithm.credit, config.algorithm.estimator,
-                                                    gigpo=config.algorithm.gigpo)
+                                                    gigpo=config.algorithm.gigpo,
+                                                    invalid_action_penalty=config.algorithm.invalid_action_penalty)
         advantages = pad_right([row.tolist() for row in rows], 0.0, torch.float32)
         metrics = _tree_scalars(rollout.metrics)
         groups = torch.tensor([t.group for t in trajectories])

@@ -30,6 +30,7 @@ from torch import Tensor
 from rlvr_gym import Failure, Task
 from rlvr_gym_agents import tree_credit
 from rlvr_gym_agents.advantages import gigpo_advantages
+from rlvr_gym_agents.flat_credit import rejected
 from rlvr_gym_agents.rollout import Trajectory, Turn
 
 TREE_CREDIT_MODES = ("soft", *tree_credit.TREE_ADVANTAGE_MODES, "treepo", "gigpo")
@@ -75,6 +76,13 @@ class TreeNode:
     def reward(self) -> float:
         return self.turn.reward if self.turn is not None else 0.0
 
+    def credit_reward(self, invalid_action_penalty: float = 0.0) -> float:
+        """The step reward credit assignment sees: :attr:`reward`, minus ``invalid_action_penalty`` when the env
+        rejected the turn's action (:func:`flat_credit.rejected`)."""
+        if self.turn is None:
+            return 0.0
+        return self.turn.reward - invalid_action_penalty * rejected(self.turn)
+
 
 @dataclasses.dataclass
 class RolloutTree:
@@ -116,9 +124,11 @@ class RolloutTree:
             node = self.nodes[node].parent
         return out[::-1]
 
-    def leaf_rewards(self) -> dict[int, float]:
-        """Episode return of every leaf: the sum of step rewards on its path."""
-        return {leaf: sum(self.nodes[n].reward for n in self.path(leaf)) for leaf in self.leaves()}
+    def leaf_rewards(self, invalid_action_penalty: float = 0.0) -> dict[int, float]:
+        """Episode return of every leaf: the sum of step rewards on its path, each rejected action's turn
+        less ``invalid_action_penalty`` (>= 0; :meth:`TreeNode.credit_reward`)."""
+        return {leaf: sum(self.nodes[n].credit_reward(invalid_action_penalty) for n in self.path(leaf))
+                for leaf in self.leaves()}
 
     def trajectory(self, leaf: int) -> Trajectory:
         """The episode ending at ``leaf`` as a flat :class:`Trajectory` (ids shared with its siblings)."""
@@ -147,7 +157,7 @@ class RolloutTree:
 
     def token_advantages(
         self, mode: str = "soft", estimator: str = "grpo", dedup: bool = False, gamma: float = 0.95, omega: float = 1.0,
-        std_norm: bool = False,
+        std_norm: bool = False, invalid_action_penalty: float = 0.0,
     ) -> list[Tensor]:
         """Per-token advantages aligned with :meth:`trajectories` (0 on prompt ids; observation ids carry
         their segment's value but are masked out of the loss by the trajectory's ``loss_mask``).
@@ -163,30 +173,34 @@ class RolloutTree:
                 ("gigpo" only; see :func:`advantages.gigpo_advantages`).
             dedup: scale a segment shared by d leaf rows by 1/d (see :func:`tree_credit.per_row_node_weights`);
                 default False: the shared prefix is credited once per leaf below it.
+            invalid_action_penalty: >= 0, subtracted from the step reward of every turn whose action the env
+                rejected, before any mode computes its values (verl-agent's invalid-action penalty; the same
+                returns as the flat trainer's).
 
         Raises:
             ValueError: unknown mode.
         """
         if mode not in TREE_CREDIT_MODES:
             raise ValueError(f"unknown tree credit mode {mode!r}; expected one of {TREE_CREDIT_MODES}")
-        parents, rewards = self.parents, self.leaf_rewards()
+        parents, rewards = self.parents, self.leaf_rewards(invalid_action_penalty)
         lengths = [n.num_tokens for n in self.nodes]
         if mode == "soft":
             return self._leaf_rows(tree_credit.soft_leaf_advantages(rewards, estimator), lengths, dedup)
         if mode == "treepo":
             return self._leaf_rows(tree_credit.treepo_leaf_advantages(parents, rewards), lengths, dedup)
         if mode == "gigpo":
-            return self._gigpo_rows(lengths, gamma, omega, std_norm)
+            return self._gigpo_rows(lengths, gamma, omega, std_norm, invalid_action_penalty)
         node_adv = tree_credit.node_advantages(parents, rewards, mode)
         rows = tree_credit.leaf_token_advantages(parents, node_adv, lengths, dedup)
         return [rows[leaf] for leaf in self.leaves()]
 
-    def _gigpo_rows(self, lengths: list[int], gamma: float, omega: float, std_norm: bool) -> list[Tensor]:
+    def _gigpo_rows(self, lengths: list[int], gamma: float, omega: float, std_norm: bool,
+                    invalid_action_penalty: float) -> list[Tensor]:
         """GiGPO step rows: every turn of every leaf's path, keyed by the node the turn started from."""
         rewards, traj, keys, owners = [], [], [], []
         for row, leaf in enumerate(self.leaves()):
             for n in self.path(leaf)[1:]:
-                rewards.append(self.nodes[n].reward)
+                rewards.append(self.nodes[n].credit_reward(invalid_action_penalty))
                 traj.append(row)
                 keys.append(self.nodes[n].parent)
                 owners.append((leaf, n))

@@ -88,18 +88,21 @@ class TreeRollout:
     metrics: dict[str, Any]
 
     def training_batch(
-        self, credit: str = "soft", estimator: str = "grpo", dedup: bool = False, gigpo: GiGPOConfig | None = None
+        self, credit: str = "soft", estimator: str = "grpo", dedup: bool = False, gigpo: GiGPOConfig | None = None,
+        invalid_action_penalty: float = 0.0,
     ) -> tuple[list[Trajectory], list[Tensor]]:
         """Leaf trajectories of every tree (tree order, then leaf order) and their per-token advantages.
 
         With ``credit="soft"`` every token of a leaf gets the leaf's group advantage, which equals what the
         flat trainer computes for the same episodes (ARPO's default). See :meth:`RolloutTree.token_advantages`
-        for the other modes; ``gigpo`` gives the step discount, weight and normalisation of ``credit="gigpo"``.
+        for the other modes; ``gigpo`` gives the step discount, weight and normalisation of ``credit="gigpo"``;
+        ``invalid_action_penalty`` (>= 0) is subtracted from the step reward of each rejected action's turn.
         """
         gigpo = gigpo or GiGPOConfig()
         trajectories = [t for tree in self.trees for t in tree.trajectories()]
         advantages = [a for tree in self.trees
-                      for a in tree.token_advantages(credit, estimator, dedup, gigpo.gamma, gigpo.omega, gigpo.std_norm)]
+                      for a in tree.token_advantages(credit, estimator, dedup, gigpo.gamma, gigpo.omega, gigpo.std_norm,
+                                                     invalid_action_penalty)]
         return trajectories, advantages
 
 

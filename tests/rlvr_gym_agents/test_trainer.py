@@ -166,7 +166,7 @@ def test_invalid_action_penalty_gives_all_failure_groups_a_signal(monkeypatch: p
     assert shaped.keep.tolist() == [True, True]
     assert shaped.advantages[0] < 0 < shaped.advantages[1]
     assert float(shaped.advantages.sum()) == pytest.approx(0.0, abs=1e-6)
-    with pytest.raises(ConfigError, match="flat only"):
-        load_config(None, ["rollout.sampler=tree", "algorithm.invalid_action_penalty=0.1"])
     with pytest.raises(ConfigError, match=">= 0"):
         load_config(None, ["algorithm.invalid_action_penalty=-1"])
+    # the tree sampler takes it too (tree credit: tests/rlvr_gym_agents/test_tree.py)
+    assert load_config(None, ["rollout.sampler=tree", "algorithm.invalid_action_penalty=0.1"]).algorithm.invalid_action_penalty == 0.1

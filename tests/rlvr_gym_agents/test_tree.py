@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from rlvr_gym_agents.rollout import Turn
 from rlvr_gym_agents.tree import RolloutTree
 
-from rlvr_gym import Task
+from rlvr_gym import Failure, FailureKind, Task
 
 
 def _tree() -> RolloutTree:
@@ -75,3 +77,37 @@ def test_gigpo_std_norm_with_omega_zero_is_grpo_soft_credit() -> None:
     for g, s in zip(scaled, tree.token_advantages("soft", estimator="grpo"), strict=True):
         torch.testing.assert_close(g, s)
     assert not torch.allclose(scaled[0], tree.token_advantages("gigpo", gamma=1.0, omega=0.0)[0])
+
+
+def _tree_with_rejected_leaf() -> RolloutTree:
+    """:func:`_tree` where leaf 3's action was rejected by the env (an invalid action, reward 0)."""
+    tree = _tree()
+    turn = tree.nodes[3].turn
+    assert turn is not None
+    tree.nodes[3].turn = dataclasses.replace(turn, failure=Failure(FailureKind.INVALID_ACTION, "no such object"))
+    return tree
+
+
+def test_invalid_action_penalty_lowers_the_rejected_turns_return() -> None:
+    tree = _tree_with_rejected_leaf()
+    assert tree.leaf_rewards() == {2: 1.0, 3: 0.0, 4: 0.0}
+    assert tree.leaf_rewards(0.5) == {2: 1.0, 3: -0.5, 4: 0.0}
+    assert tree.trajectory(3).reward == 0.0  # the trajectory keeps the env's reward; only credit sees the penalty
+    # soft, mean-centred: returns [1, -0.5, 0], mean 1/6
+    a, b, c = 5 / 6, -2 / 3, -1 / 6
+    rows = tree.token_advantages("soft", estimator="drgrpo", invalid_action_penalty=0.5)
+    torch.testing.assert_close(rows[0], torch.tensor([0, 0, a, a, a, a]))
+    torch.testing.assert_close(rows[1], torch.tensor([0, 0, b, b, b, b, b]))
+    torch.testing.assert_close(rows[2], torch.tensor([0, 0, c]))
+
+
+def test_invalid_action_penalty_enters_gigpo_step_returns() -> None:
+    # episode advantages [5/6, -2/3, -1/6] (as above); anchor 0 returns-to-go [1, -0.5, 0] -> the same;
+    # anchor 1 (node 1) returns [1, -0.5] -> [+0.75, -0.75]
+    rows = _tree_with_rejected_leaf().token_advantages("gigpo", gamma=1.0, omega=1.0, invalid_action_penalty=0.5)
+    torch.testing.assert_close(rows[0], torch.tensor([0, 0, 5 / 3, 5 / 3, 5 / 3, 19 / 12]))
+    torch.testing.assert_close(rows[1], torch.tensor([0, 0, -4 / 3, -4 / 3, -4 / 3, -17 / 12, -17 / 12]))
+    torch.testing.assert_close(rows[2], torch.tensor([0, 0, -1 / 3]))
+    unpenalised = _tree_with_rejected_leaf().token_advantages("gigpo", gamma=1.0, omega=1.0)
+    for row, expected in zip(unpenalised, _tree().token_advantages("gigpo", gamma=1.0, omega=1.0), strict=True):
+        torch.testing.assert_close(row, expected)
