@@ -39,7 +39,7 @@ def test_both_variants_share_the_quickstart_settings_and_differ_in_sampler_and_c
     assert flat.algorithm.credit == "soft"  # the baseline is flat GRPO whatever the quickstart's credit
     gigpo_args = bench.parse_args(["--flat-credit", "gigpo"])
     assert load_config(bench.FLAT_RECIPE, common + bench.variant_overrides(gigpo_args, "flat")).algorithm.credit == "gigpo"
-    assert tree.rollout.tree.global_samples == 2 and tree.rollout.tree.branch.alpha == 0.2  # textworld-tree.yaml
+    assert tree.rollout.tree.global_samples == 1 and tree.rollout.tree.branch.alpha == 0.2  # textworld-tree.yaml
     assert tree.rollout.tree.num_leaves == flat.train.group_size == 4 and tree.train.max_time_s is None
     assert tree.env == flat.env and flat.env.env_id == "textworld/ALFWorld-Starter-v0"
     assert tree.rollout.max_new_tokens == flat.rollout.max_new_tokens and tree.seed == flat.seed == 1

@@ -30,7 +30,7 @@ def test_tree_recipe_selects_the_tree_sampler_and_derives_its_leaves() -> None:
     assert config.output.dir.endswith("seed3")
     tree = config.rollout.tree
     assert tree.num_leaves == 6 and tree.max_turns == 5 and tree.reuse_kv_cache is True
-    assert tree.branch.alpha == 0.35 and tree.global_samples == 2 and tree.fallback == "entropy"
+    assert tree.branch.alpha == 0.35 and tree.global_samples == 1 and tree.fallback == "entropy"
 
 
 @pytest.mark.parametrize(
