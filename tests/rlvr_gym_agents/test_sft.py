@@ -130,6 +130,18 @@ def test_behaviour_cloning_learns_the_echo_task(tiny_model_dir: Path) -> None:
     assert chat.decode_action(ids[0, -3:].tolist()) == "say candle"
 
 
+def test_behaviour_cloning_records_the_loss_curve(tiny_model_dir: Path) -> None:
+    model, tokenizer = load_model_and_tokenizer(str(tiny_model_dir))
+    chat = ChatFormat(tokenizer)
+    examples = [demonstration_ids(demonstrate(t, gold_expert, 0.0, random.Random(0)), chat) for t in echo_tasks(8)]
+    seen: list[float] = []
+    result = behaviour_cloning(model, examples, episodes_per_batch=4, learning_rate=3e-3, warmup_steps=1,
+                               max_steps=7, loss_threshold=0.0, max_time_s=120, seed=0,
+                               on_step=lambda step, loss: seen.append(loss), curve_every=3)
+    # the moving average after steps 3 and 6 (not 7: the curve samples every third step)
+    assert result["steps"] == 7 and result["loss_curve"] == [round(seen[2], 4), round(seen[5], 4)]
+
+
 def test_demonstration_tasks_from_a_generator_are_fresh_training_worlds() -> None:
     from rlvr_gym_agents.config import load_config
     from rlvr_gym_agents.stages import demonstration_tasks
