@@ -236,13 +236,13 @@ def behaviour_cloning(model: torch.nn.Module, examples: Sequence[tuple[list[int]
         alone is noisy with small batches: in the quickstart (8 episodes per batch) seeds 0 and 1 end at 0.174
         and 0.260, though their curves read 0.188 and 0.203 at step 1,900.
     """
+    if curve_every < 1:
+        raise ValueError(f"curve_every must be >= 1, got {curve_every}")
     optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
     batches = _batches(examples, episodes_per_batch, seed)
     model.train()
     start, ema, tokens, stopped_by, step = time.monotonic(), None, 0, "max_steps", 0
     curve: list[float] = []
-    if curve_every < 1:
-        raise ValueError(f"curve_every must be >= 1, got {curve_every}")
     for step in range(1, max_steps + 1):
         spent = time_fraction(time.monotonic() - start, step - 1, max_steps, max_time_s)
         for group in optimizer.param_groups:

@@ -6,8 +6,13 @@ import dataclasses
 
 import pytest
 import torch
+from rlvr_gym_agents.chat import ChatFormat
+from rlvr_gym_agents.config import load_config
+from rlvr_gym_agents.policy import SamplingParams, TransformersPolicy
 from rlvr_gym_agents.rollout import Turn
+from rlvr_gym_agents.trainer import collect_rollouts
 from rlvr_gym_agents.tree import RolloutTree
+from rlvr_gym_agents.tree_sampler import TreeRollout
 
 from rlvr_gym import Failure, FailureKind, Task
 
@@ -111,3 +116,25 @@ def test_invalid_action_penalty_enters_gigpo_step_returns() -> None:
     unpenalised = _tree_with_rejected_leaf().token_advantages("gigpo", gamma=1.0, omega=1.0)
     for row, expected in zip(unpenalised, _tree().token_advantages("gigpo", gamma=1.0, omega=1.0), strict=True):
         torch.testing.assert_close(row, expected)
+
+
+class _FixedTreeSampler:
+    """Stands in for :class:`TreeSampler`: every call returns the same hand-built tree."""
+
+    def __init__(self, tree: RolloutTree) -> None:
+        self.tree, self.num_calls = tree, 0
+
+    def sample(self, tasks: list[Task], sampling: SamplingParams) -> TreeRollout:
+        return TreeRollout([self.tree], {})
+
+
+def test_trainer_passes_the_invalid_action_penalty_to_tree_credit(tiny_policy: TransformersPolicy) -> None:
+    overrides = ["rollout.sampler=tree", "algorithm.credit=soft", "algorithm.estimator=drgrpo", "train.group_size=3"]
+    chat, tasks = ChatFormat(tiny_policy.tokenizer), [_tree().task]
+    shaped = collect_rollouts(load_config(None, [*overrides, "algorithm.invalid_action_penalty=0.5"]), tiny_policy,
+                              chat, tasks, SamplingParams(), 1, tree_sampler=_FixedTreeSampler(_tree_with_rejected_leaf()))
+    # the rows of test_invalid_action_penalty_lowers_the_rejected_turns_return, right-padded to 7 ids
+    a, b, c = 5 / 6, -2 / 3, -1 / 6
+    expected = torch.tensor([[0, 0, a, a, a, a, 0], [0, 0, b, b, b, b, b], [0, 0, c, 0, 0, 0, 0]])
+    torch.testing.assert_close(shaped.advantages, expected)
+    assert shaped.keep.tolist() == [True, True, True]
