@@ -43,3 +43,37 @@ def token_logprobs(model: torch.nn.Module, input_ids: torch.Tensor, attention_ma
         return logp, None
     entropy = -(logprobs.exp() * logprobs).sum(dim=-1)
     return logp, torch.cat([zeros, entropy], dim=1)
+
+
+def length_micro_batches(lengths: Sequence[int], rows: torch.Tensor, max_tokens: int | None) -> list[torch.Tensor]:
+    """Split ``rows`` into micro-batches of similar lengths whose padded size stays within ``max_tokens``.
+
+    The rows are sorted by length and packed greedily: a micro-batch of b rows padded to its longest row L
+    holds b * L <= ``max_tokens`` (a single row longer than that forms a micro-batch of its own). Gradients
+    accumulated over the micro-batches equal the mini-batch's when each loss is a summand of the mini-batch
+    loss (``losses.batch_stats``); cropping each one to its own longest row saves the padding compute of one
+    (B, T_max) forward, and the (b, L, L) attention scores stay cache-sized. Same idea as verl's dynamic batch
+    size (``use_dynamic_bsz``, ``ppo_max_token_len_per_gpu``).
+
+    Args:
+        lengths: the length in tokens of every row of the whole batch (indexed by the values in ``rows``).
+        rows: (R,) long, the batch rows of one mini-batch.
+        max_tokens: padded tokens per micro-batch; None keeps the mini-batch whole.
+
+    Returns:
+        Tensors of row indices (a partition of ``rows``), shortest rows first.
+
+    Raises:
+        ValueError: ``max_tokens`` < 1.
+    """
+    if max_tokens is None:
+        return [rows]
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be >= 1 (or None for one micro-batch); got {max_tokens}")
+    order = sorted(rows.tolist(), key=lambda r: lengths[r])
+    batches: list[list[int]] = [[]]
+    for row in order:
+        if batches[-1] and (len(batches[-1]) + 1) * lengths[row] > max_tokens:
+            batches.append([])
+        batches[-1].append(row)
+    return [torch.tensor(b, dtype=torch.long) for b in batches]

@@ -170,6 +170,12 @@ class AlgorithmConfig:
     """Passes over each batch of rollouts."""
     num_minibatches: int = 2
     """Optimizer steps per epoch."""
+    micro_batch_tokens: int | None = 4096
+    """Padded tokens per forward/backward pass: each mini-batch is sorted by length and split into micro-batches
+    within this budget, whose gradients are accumulated into one optimizer step (the same step as the whole
+    mini-batch; verl's dynamic batch size). None: one pass per mini-batch, padded to its longest trajectory.
+    On 128 text-world trajectories of 178-374 tokens (the quickstart's batch), 4,096 trained 1.9x faster on
+    2 CPU cores than one padded pass (``benchmarks/ppo_update_speed.py``)."""
     loss: LossConfig = dataclasses.field(default_factory=LossConfig)
     """The policy loss (``policy_loss`` of losses.py)."""
 
@@ -260,6 +266,9 @@ class TrainConfig:
                               "the actions the env rejects, e.g. rlvr_gym_textworld:impossible_actions")
         if self.env.num_workers < 0:
             raise ConfigError(f"env.num_workers must be >= 0 (0 = in-process envs), got {self.env.num_workers}")
+        if self.algorithm.micro_batch_tokens is not None and self.algorithm.micro_batch_tokens < 1:
+            raise ConfigError(f"algorithm.micro_batch_tokens must be >= 1 (or null for one pass per mini-batch), "
+                              f"got {self.algorithm.micro_batch_tokens}")
         return self
 
     def _derive_rollout(self) -> None:

@@ -115,6 +115,30 @@ class KVState:
         """Number of context ids per row (fed and pending)."""
         return [int(n) + len(p) for n, p in zip(self.next_position.tolist(), self.pending)]
 
+    def compact(self, min_saving: float = 0.1) -> KVState:
+        """Drops the holes in place: each row's real slots move, in order, to the right end of a cache as wide as
+        the longest row (left-padded), when that removes at least ``min_saving`` of the slots.
+
+        Holes build up from the left padding of every fed chunk and from rows that stop generating before the
+        others (~38% of the slots after ten text-world turns); attention and the cache's append both cost in
+        proportion to the width. Positions are explicit (``next_position``), so no row's attention changes.
+        Not for states a tree sampler rewinds by slot count (:mod:`rlvr_gym_agents.tree_kv`).
+
+        Returns:
+            ``self``.
+        """
+        mask = self.attention_mask.bool()
+        width = int(mask.sum(dim=1).max()) if mask.numel() else 0
+        if mask.shape[1] == 0 or width > (1.0 - min_saving) * mask.shape[1]:
+            return self
+        # A stable sort of "is real" puts the holes first and keeps the real slots in order.
+        index = torch.sort(mask.to(torch.int8), dim=1, stable=True).indices[:, -width:]
+        for layer in self.cache.layers:
+            slots = index[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3])
+            layer.keys, layer.values = layer.keys.gather(2, slots), layer.values.gather(2, slots)
+        self.attention_mask = self.attention_mask.gather(1, index)
+        return self
+
     def select(self, rows: Sequence[int]) -> KVState:
         """Returns a new state made of copies of ``rows`` (repeats allowed: branching from a prefix)."""
         index = torch.as_tensor(list(rows), dtype=torch.long, device=self.attention_mask.device)

@@ -19,7 +19,7 @@ from typing import Any
 import rlvr_gym
 from rlvr_gym import Env, Failure, FailureKind, Task
 from rlvr_gym_agents.chat import ChatFormat
-from rlvr_gym_agents.policy import Generation, Policy, SamplingParams
+from rlvr_gym_agents.policy import Generation, KVState, Policy, SamplingParams
 
 
 @dataclasses.dataclass
@@ -144,6 +144,8 @@ def run_episodes(policy: Policy, chat: ChatFormat, tasks: Sequence[Task], sampli
         if reuse_kv_cache:
             if state is not None and rows != state_rows:
                 state = state.select([state_rows.index(r) for r in rows])
+            if isinstance(state, KVState):
+                state.compact()
             generations, state = policy.generate([episodes[r].pending_ids for r in rows], sampling, state)
             state_rows = list(rows)
         else:

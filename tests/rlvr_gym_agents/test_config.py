@@ -41,6 +41,7 @@ def test_ints_are_accepted_for_floats() -> None:
     ("algorithm.loss.name=nope", "Unknown loss"),
     ("train.group_size=1", "group_size"),
     ("seed.x=1", "seed must be int"),
+    ("algorithm.micro_batch_tokens=0", "micro_batch_tokens must be >= 1"),
 ])
 def test_bad_overrides_name_the_problem(override: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):

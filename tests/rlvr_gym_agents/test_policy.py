@@ -59,6 +59,30 @@ def test_kv_cache_reuse_gives_the_same_tokens_as_recomputing(tiny_policy: Transf
         assert cached.logps == pytest.approx(fresh.logps, abs=1e-4)
 
 
+def test_compact_drops_the_holes_and_keeps_what_every_row_attends_to(tiny_policy: TransformersPolicy) -> None:
+    sampling = SamplingParams(temperature=0.0, max_new_tokens=4)
+    first = [[3, 9, 10], [3, 9, 10, 7, 8, 13, 6, 11, 12, 14]]  # 7 holes of left padding in row 0
+    appended = [[3, 11, 12, 5, 4, 9, 9], [3, 14]]               # 5 more in row 1
+    _, state = tiny_policy.generate(first, sampling)
+    _, state = tiny_policy.generate(appended, sampling, state)
+    plain = state.select([0, 1])
+    real = state.attention_mask.sum(dim=1).tolist()
+    assert state.attention_mask.shape[1] > max(real)
+    assert state.compact(min_saving=0.0) is state
+    # each row's real slots, in order, at the right end; the left-over slots are holes
+    assert state.attention_mask.shape[1] == max(real)
+    assert state.attention_mask.tolist() == [[0] * (max(real) - n) + [1] * n for n in real]
+    assert state.cache.layers[0].keys.shape[2] == max(real)
+    follow = [[3, 13, 7], [3, 8]]
+    compacted, _ = tiny_policy.generate(follow, SamplingParams(temperature=0.0, max_new_tokens=6), state)
+    holes, _ = tiny_policy.generate(follow, SamplingParams(temperature=0.0, max_new_tokens=6), plain)
+    for a, b in zip(compacted, holes):
+        assert a.token_ids == b.token_ids and a.logps == pytest.approx(b.logps, abs=1e-5)
+    # below the saving threshold nothing moves
+    width = state.attention_mask.shape[1]
+    assert state.compact(min_saving=0.99).attention_mask.shape[1] == width
+
+
 def test_select_branches_rows_from_a_shared_prefix(tiny_policy: TransformersPolicy) -> None:
     sampling = SamplingParams(temperature=0.0, max_new_tokens=3)
     _, state = tiny_policy.generate([[3, 9, 10], [3, 9, 10, 7, 8]], sampling)
