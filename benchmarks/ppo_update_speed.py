@@ -7,7 +7,7 @@ Usage::
 
 Runs ``--episodes`` sampled text-world episodes (the quickstart's batch: 32 starter tasks x 4) with the policy
 in ``--model`` (default: a random-init tiny policy, whose episodes run to the turn limit), then times
-``trainer.ppo_update`` on that batch from the same weights, alternating the baseline (``micro_batch_tokens:
+``update.ppo_update`` on that batch from the same weights, alternating the baseline (``micro_batch_tokens:
 null``, one forward/backward padded to the longest trajectory) with each token budget. Prints real (unpadded)
 training tokens per second, the ratio to the baseline, and the largest weight difference after the step
 (the two must give the same update up to float rounding).
@@ -27,7 +27,7 @@ from rlvr_gym_agents.policy import SamplingParams, TransformersPolicy
 from rlvr_gym_agents.rollout import Trajectory, run_episodes
 from rlvr_gym_agents.stages import _corpus, collect_demonstrations
 from rlvr_gym_agents.tiny import save_tiny_policy
-from rlvr_gym_agents.trainer import ppo_update
+from rlvr_gym_agents.update import ppo_update
 
 from rlvr_gym import load_suite
 

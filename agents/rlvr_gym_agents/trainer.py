@@ -13,7 +13,8 @@ dropping zero-variance groups):
 3. optionally drop groups whose rewards are all equal (zero advantage);
 4. ``epochs`` x ``num_minibatches`` optimizer steps of the policy loss (``losses.policy_loss``: PPO-clip
    with clip-higher, token-mean aggregation, optional KL to the reference model), gradients accumulated
-   over length-sorted micro-batches of at most ``algorithm.micro_batch_tokens`` padded tokens, then clipped;
+   over length-sorted micro-batches of at most ``algorithm.micro_batch_tokens`` padded tokens, then clipped
+   (:func:`rlvr_gym_agents.update.ppo_update`);
 5. log metrics (JSONL, TensorBoard), evaluate every ``eval.every_steps``, checkpoint every
    ``train.checkpoint_every`` (model, optimizer, step, RNG); resume from the last checkpoint.
 
@@ -43,13 +44,12 @@ import torch
 
 import rlvr_gym
 from rlvr_gym import Env, Task
-from rlvr_gym_agents.advantages import broadcast_to_tokens, group_advantages, nonzero_variance_groups
-from rlvr_gym_agents.batching import length_micro_batches, pad_right, token_logprobs
+from rlvr_gym_agents.advantages import group_advantages, nonzero_variance_groups
+from rlvr_gym_agents.batching import pad_right
 from rlvr_gym_agents.chat import ChatFormat
 from rlvr_gym_agents.config import TrainConfig, to_dict
 from rlvr_gym_agents.console import Console
 from rlvr_gym_agents.flat_credit import gigpo_token_advantages, rejected_turns
-from rlvr_gym_agents.losses import BatchStats, LossConfig, batch_stats, policy_loss
 from rlvr_gym_agents.policy import Policy, SamplingParams
 from rlvr_gym_agents.rollout import Trajectory, run_episodes
 from rlvr_gym_agents.run_io import (
@@ -61,6 +61,7 @@ from rlvr_gym_agents.run_io import (
 )
 from rlvr_gym_agents.stages import build_policy, build_rollout_policy, evaluate_both, load_task_sources, warm_start
 from rlvr_gym_agents.tree_sampler import TreeSampler
+from rlvr_gym_agents.update import ppo_update
 
 
 def train(config: TrainConfig) -> dict[str, Any]:
@@ -269,134 +270,6 @@ def draw_tasks(train_tasks: list[Task] | None, config: TrainConfig, step: int) -
         return rng.sample(train_tasks, min(count, len(train_tasks)))
     seeds = [1_000_000 + rng.randrange(10**9) for _ in range(count)]
     return [Task(id=f"train-{s}", env_id=config.env.env_id, options={"seed": s}) for s in seeds]
-
-
-def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, trajectories: list[Trajectory],
-               advantages: torch.Tensor, config: TrainConfig, ref_model: torch.nn.Module | None,
-               pad_token_id: int) -> dict[str, float]:
-    """``epochs`` x ``num_minibatches`` clipped policy-gradient steps on a batch of trajectories.
-
-    Each mini-batch is split into length-sorted micro-batches of at most ``algorithm.micro_batch_tokens`` padded
-    tokens (:func:`~rlvr_gym_agents.batching.length_micro_batches`); their gradients are accumulated into one
-    optimizer step. Every micro-batch's loss is a summand of the mini-batch loss (counts and entropy statistics
-    from the whole mini-batch, ``losses.batch_stats``), so the step does not depend on the split.
-
-    Args:
-        trajectories: B trajectories; advantages: (B,) one per trajectory, or (B, T') per token with T' at least
-            the longest trajectory (right-padded; cropped to it).
-        ref_model: the frozen reference policy for the KL term (None when ``kl_coef == 0``).
-
-    Returns:
-        Means over the optimizer steps of the loss metrics (``pg_loss``, ``kl``, ``entropy``, ``loss``: sums over
-        micro-batches; ratio and clip fractions: token-weighted means), plus ``grad_norm`` and
-        ``train_tokens_per_s`` (real, unpadded tokens).
-    """
-    algorithm, temperature = config.algorithm, config.rollout.temperature
-    batch = _UpdateBatch.build(trajectories, advantages, pad_token_id)
-    loss_config = algorithm.loss
-    if loss_config.aggregation == "seq_mean_token_sum_norm" and loss_config.loss_scale_factor is None:
-        # Dr. GRPO's constant: the batch's padded length, whatever the micro-batches are cropped to.
-        loss_config = dataclasses.replace(loss_config, loss_scale_factor=float(batch.ids.shape[1]))
-    if ref_model is not None:
-        with torch.no_grad():
-            batch.ref_logp = _score(ref_model, batch, torch.arange(len(trajectories)), algorithm.micro_batch_tokens,
-                                    temperature, with_entropy=False)[0]
-    needs_entropy = (loss_config.entropy_coef > 0 or loss_config.entropy_advantage_weight > 0
-                     or loss_config.top_entropy_quantile < 1.0)
-    model.train()
-    history: list[dict[str, float]] = []
-    began = time.monotonic()
-    for _ in range(algorithm.epochs):
-        for rows in torch.randperm(len(trajectories)).chunk(min(algorithm.num_minibatches, len(trajectories))):
-            optimizer.zero_grad(set_to_none=True)
-            stats = _minibatch_stats(model, batch, rows, loss_config, algorithm.micro_batch_tokens, temperature)
-            parts = []
-            for micro in length_micro_batches(batch.lengths, rows, algorithm.micro_batch_tokens):
-                width = max(batch.lengths[r] for r in micro.tolist())
-                logp, entropy = token_logprobs(model, batch.ids[micro, :width], batch.attention[micro, :width],
-                                               temperature, with_entropy=needs_entropy)
-                loss, metrics = policy_loss(
-                    logp, batch.old_logp[micro, :width], batch.token_adv[micro, :width], batch.mask[micro, :width],
-                    loss_config, entropy=entropy, stats=stats,
-                    ref_logp=batch.ref_logp[micro, :width] if batch.ref_logp is not None else None,
-                )
-                loss.backward()
-                metrics["loss"] = float(loss.detach())
-                parts.append((metrics, float(batch.mask[micro].sum())))
-            step_metrics = _combine_micro_metrics(parts)
-            step_metrics["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(model.parameters(),
-                                                                             config.train.max_grad_norm))
-            optimizer.step()
-            history.append(step_metrics)
-    means = {key: float(np.mean([h[key] for h in history if key in h])) for key in history[0]}
-    tokens = algorithm.epochs * sum(batch.lengths)
-    means["train_tokens_per_s"] = tokens / max(time.monotonic() - began, 1e-9)
-    return means
-
-
-@dataclasses.dataclass
-class _UpdateBatch:
-    """A batch of trajectories as right-padded (B, T) tensors, T = the longest trajectory."""
-
-    ids: torch.Tensor
-    attention: torch.Tensor
-    mask: torch.Tensor
-    old_logp: torch.Tensor
-    token_adv: torch.Tensor
-    lengths: list[int]
-    ref_logp: torch.Tensor | None = None
-
-    @classmethod
-    def build(cls, trajectories: list[Trajectory], advantages: torch.Tensor, pad_token_id: int) -> _UpdateBatch:
-        mask = pad_right([t.loss_mask for t in trajectories], 0, torch.long)
-        adv = advantages[:, : mask.shape[1]] if advantages.ndim == 2 else advantages
-        return cls(ids=pad_right([t.token_ids for t in trajectories], pad_token_id, torch.long),
-                   attention=pad_right([[1] * len(t.token_ids) for t in trajectories], 0, torch.long),
-                   mask=mask, old_logp=pad_right([t.logps for t in trajectories], 0.0, torch.float32),
-                   token_adv=broadcast_to_tokens(adv, mask), lengths=[len(t.token_ids) for t in trajectories])
-
-
-def _score(model: torch.nn.Module, batch: _UpdateBatch, rows: torch.Tensor, max_tokens: int | None,
-           temperature: float, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Log-probs (and entropies) of ``rows``, micro-batch by micro-batch, as (len(rows), T) zero-padded tensors."""
-    logp = torch.zeros(len(rows), batch.ids.shape[1])
-    entropy = torch.zeros_like(logp) if with_entropy else None
-    where = {row: i for i, row in enumerate(rows.tolist())}
-    for micro in length_micro_batches(batch.lengths, rows, max_tokens):
-        width = max(batch.lengths[r] for r in micro.tolist())
-        out = [where[r] for r in micro.tolist()]
-        micro_logp, micro_entropy = token_logprobs(model, batch.ids[micro, :width], batch.attention[micro, :width],
-                                                   temperature, with_entropy=with_entropy)
-        logp[out, :width] = micro_logp
-        if entropy is not None and micro_entropy is not None:
-            entropy[out, :width] = micro_entropy
-    return logp, entropy
-
-
-def _minibatch_stats(model: torch.nn.Module, batch: _UpdateBatch, rows: torch.Tensor, loss_config: LossConfig,
-                     max_tokens: int | None, temperature: float) -> BatchStats:
-    """Token and sequence counts of the mini-batch, and its entropy statistics when the loss needs them (one
-    gradient-free pass, so that micro-batches share them: AEPO's entropy-aware advantage, the top-entropy mask)."""
-    entropy = None
-    if loss_config.entropy_advantage_weight > 0 or loss_config.top_entropy_quantile < 1.0:
-        with torch.no_grad():
-            entropy = _score(model, batch, rows, max_tokens, temperature, with_entropy=True)[1]
-    return batch_stats(batch.mask[rows], entropy, loss_config.top_entropy_quantile)
-
-
-_SUMMED_METRICS = ("pg_loss", "kl", "entropy", "loss")
-
-
-def _combine_micro_metrics(parts: list[tuple[dict[str, float], float]]) -> dict[str, float]:
-    """One optimizer step's metrics from its micro-batches': the loss terms add up (each micro-batch loss is a
-    summand), the ratio statistics are means weighted by the micro-batch's valid tokens."""
-    total = sum(weight for _, weight in parts) or 1.0
-    combined: dict[str, float] = {}
-    for key in parts[0][0]:
-        values = [(m[key], w) for m, w in parts if key in m]
-        combined[key] = (sum(v for v, _ in values) if key in _SUMMED_METRICS
-                         else sum(v * w for v, w in values) / total)
-    return combined
 
 
 def rollout_metrics(trajectories: list[Trajectory]) -> dict[str, float]:

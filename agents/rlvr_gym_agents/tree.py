@@ -29,7 +29,7 @@ from torch import Tensor
 
 from rlvr_gym import Failure, Task
 from rlvr_gym_agents import tree_credit
-from rlvr_gym_agents.advantages import gigpo_advantages
+from rlvr_gym_agents.advantages import GiGPOConfig, gigpo_advantages
 from rlvr_gym_agents.flat_credit import rejected
 from rlvr_gym_agents.rollout import Trajectory, Turn
 
@@ -231,6 +231,32 @@ class RolloutTree:
             pieces += [torch.full((lengths[n],), per_leaf[leaf] * weights[leaf][n]) for n in self.path(leaf)[1:]]
             rows.append(torch.cat(pieces).to(torch.float32))
         return rows
+
+
+@dataclasses.dataclass
+class TreeRollout:
+    """The result of one :meth:`~rlvr_gym_agents.tree_sampler.TreeSampler.sample` call: one tree per task and the step metrics."""
+
+    trees: list[RolloutTree]
+    metrics: dict[str, Any]
+
+    def training_batch(
+        self, credit: str = "soft", estimator: str = "grpo", dedup: bool = False, gigpo: GiGPOConfig | None = None,
+        invalid_action_penalty: float = 0.0,
+    ) -> tuple[list[Trajectory], list[Tensor]]:
+        """Leaf trajectories of every tree (tree order, then leaf order) and their per-token advantages.
+
+        With ``credit="soft"`` every token of a leaf gets the leaf's group advantage, which equals what the
+        flat trainer computes for the same episodes (ARPO's default). See :meth:`RolloutTree.token_advantages`
+        for the other modes; ``gigpo`` gives the step discount, weight and normalisation of ``credit="gigpo"``;
+        ``invalid_action_penalty`` (>= 0) is subtracted from the step reward of each rejected action's turn.
+        """
+        gigpo = gigpo or GiGPOConfig()
+        trajectories = [t for tree in self.trees for t in tree.trajectories()]
+        advantages = [a for tree in self.trees
+                      for a in tree.token_advantages(credit, estimator, dedup, gigpo.gamma, gigpo.omega, gigpo.std_norm,
+                                                     invalid_action_penalty)]
+        return trajectories, advantages
 
 
 def tree_metrics(

@@ -30,6 +30,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rlvr_gym_agents.tree import RolloutTree
 
 
 def segment_entropy(entropies: Sequence[float], num_tokens: int = 20) -> float:
@@ -143,3 +147,42 @@ class BranchState:
         """A child inherits its parent's H_init and (already incremented) consecutive count."""
         self.initial_entropy[child] = self.initial_entropy[parent]
         self.consecutive[child] = self.consecutive[parent]
+
+
+@dataclass(frozen=True)
+class FallbackBranchPoint:
+    """A turn boundary of a finished tree to branch at again, with its score."""
+
+    score: float
+    """dH of the turn that followed the boundary minus ``consecutive_penalty`` per existing child."""
+    node: int
+    """The node (turn boundary) to branch at."""
+    first_child: int
+    """The node of the turn that followed it first (its recorded observation checks a replayed env)."""
+    initial_entropy: float
+    """H_init of the path through ``node``: the entropy of its first turn (nats)."""
+
+
+def fallback_branch_points(tree: RolloutTree, config: BranchConfig) -> list[FallbackBranchPoint]:
+    """The turn boundaries of a tree whose paths all ended under budget, best first (TreeRL EPTree-style).
+
+    TreeRL's EPTree forks at the top-entropy positions of the existing tree; here the candidates are the
+    interior, not-done nodes, scored by dH = H(next turn) - H_init over ``config.probe_tokens`` first tokens
+    (the largest over the node's children) minus ``config.consecutive_penalty`` per child it already has.
+
+    Returns:
+        Candidates sorted by score, highest first (ties: the higher node index first); empty when no node of
+        the tree has a child.
+    """
+    children: dict[int, list[int]] = {}
+    for node in tree.nodes[1:]:
+        children.setdefault(node.parent, []).append(node.index)
+    points = []
+    for node in tree.nodes[1:]:
+        if node.done or node.index not in children:
+            continue
+        h_init = segment_entropy(tree.nodes[tree.path(node.index)[1]].entropies, config.probe_tokens)
+        h_next = max(segment_entropy(tree.nodes[c].entropies, config.probe_tokens) for c in children[node.index])
+        score = h_next - h_init - config.consecutive_penalty * len(children[node.index])
+        points.append(FallbackBranchPoint(score, node.index, children[node.index][0], h_init))
+    return sorted(points, key=lambda p: (p.score, p.node), reverse=True)

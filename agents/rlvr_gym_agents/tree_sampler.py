@@ -32,16 +32,20 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-from torch import Tensor
 
 import rlvr_gym
 from rlvr_gym import Env, Failure, FailureKind, Task
-from rlvr_gym_agents.advantages import GiGPOConfig
 from rlvr_gym_agents.chat import ChatFormat
 from rlvr_gym_agents.policy import Generation, Policy, SamplingParams, TransformersPolicy
-from rlvr_gym_agents.rollout import Trajectory, Turn
-from rlvr_gym_agents.tree import RolloutTree, tree_metrics
-from rlvr_gym_agents.tree_branching import BranchConfig, BranchState, global_sample_count, segment_entropy
+from rlvr_gym_agents.rollout import Turn
+from rlvr_gym_agents.tree import RolloutTree, TreeRollout, tree_metrics
+from rlvr_gym_agents.tree_branching import (
+    BranchConfig,
+    BranchState,
+    fallback_branch_points,
+    global_sample_count,
+    segment_entropy,
+)
 from rlvr_gym_agents.tree_kv import RewindInfo, merge_kv_states
 
 logger = logging.getLogger(__name__)
@@ -78,32 +82,6 @@ class TreeSamplerConfig:
             raise ValueError(f"fallback must be 'entropy' or 'prompt', got {self.fallback!r}")
         if self.global_samples is not None and not 1 <= self.global_samples <= self.num_leaves:
             raise ValueError(f"global_samples must be in [1, num_leaves={self.num_leaves}], got {self.global_samples}")
-
-
-@dataclasses.dataclass
-class TreeRollout:
-    """The result of one :meth:`TreeSampler.sample` call: one tree per task and the step metrics."""
-
-    trees: list[RolloutTree]
-    metrics: dict[str, Any]
-
-    def training_batch(
-        self, credit: str = "soft", estimator: str = "grpo", dedup: bool = False, gigpo: GiGPOConfig | None = None,
-        invalid_action_penalty: float = 0.0,
-    ) -> tuple[list[Trajectory], list[Tensor]]:
-        """Leaf trajectories of every tree (tree order, then leaf order) and their per-token advantages.
-
-        With ``credit="soft"`` every token of a leaf gets the leaf's group advantage, which equals what the
-        flat trainer computes for the same episodes (ARPO's default). See :meth:`RolloutTree.token_advantages`
-        for the other modes; ``gigpo`` gives the step discount, weight and normalisation of ``credit="gigpo"``;
-        ``invalid_action_penalty`` (>= 0) is subtracted from the step reward of each rejected action's turn.
-        """
-        gigpo = gigpo or GiGPOConfig()
-        trajectories = [t for tree in self.trees for t in tree.trajectories()]
-        advantages = [a for tree in self.trees
-                      for a in tree.token_advantages(credit, estimator, dedup, gigpo.gamma, gigpo.omega, gigpo.std_norm,
-                                                     invalid_action_penalty)]
-        return trajectories, advantages
 
 
 @dataclasses.dataclass
@@ -253,31 +231,17 @@ class _Run:
                 self._start_global(i)
 
     def _start_fallbacks(self, task_index: int, count: int) -> bool:
-        """Spends the rest of a finished task's budget on branches at its highest-entropy boundaries.
-
-        TreeRL's EPTree forks at the top-entropy positions of the existing tree; here the candidates are turn
-        boundaries, scored by dH of the turn that followed (minus the branching penalty per existing child).
-        The env is rebuilt by replaying the path's actions from ``reset`` and checked against the recorded
-        observation; returns False (refill from the prompt instead) when there is no candidate or the replay
-        does not reproduce the state.
+        """Spends the rest of a finished task's budget on branches at its highest-entropy boundaries
+        (:func:`~rlvr_gym_agents.tree_branching.fallback_branch_points`). The env is rebuilt by replaying the
+        path's actions from ``reset`` and checked against the recorded observation; returns False (refill from
+        the prompt instead) when there is no candidate or the replay does not reproduce the state.
         """
-        tree, cfg = self.trees[task_index], self.config.branch
-        children: dict[int, list[int]] = {}
-        for node in tree.nodes[1:]:
-            children.setdefault(node.parent, []).append(node.index)
-        scored = []
-        for node in tree.nodes[1:]:
-            if node.done or node.index not in children:
-                continue
-            h_init = segment_entropy(tree.nodes[tree.path(node.index)[1]].entropies, cfg.probe_tokens)
-            h_next = max(segment_entropy(tree.nodes[c].entropies, cfg.probe_tokens) for c in children[node.index])
-            scored.append((h_next - h_init - cfg.consecutive_penalty * len(children[node.index]), node.index, h_init))
-        if not scored:
+        points = fallback_branch_points(self.trees[task_index], self.config.branch)
+        if not points:
             return False
-        scored.sort(reverse=True)
         for k in range(count):
-            _, node_index, h_init = scored[k % len(scored)]
-            if not self._start_replayed_branch(task_index, node_index, children[node_index][0], h_init):
+            point = points[k % len(points)]
+            if not self._start_replayed_branch(task_index, point.node, point.first_child, point.initial_entropy):
                 return k > 0
         return True
 

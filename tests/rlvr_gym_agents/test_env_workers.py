@@ -13,8 +13,9 @@ import torch
 from rlvr_gym_agents.chat import ChatFormat
 from rlvr_gym_agents.config import load_config
 from rlvr_gym_agents.policy import SamplingParams, TransformersPolicy
-from rlvr_gym_agents.trainer import collect_rollouts, env_factory_of, ppo_update, rollout_metrics, train
+from rlvr_gym_agents.trainer import collect_rollouts, env_factory_of, rollout_metrics, train
 from rlvr_gym_agents.tree_sampler import TreeSampler
+from rlvr_gym_agents.update import ppo_update
 
 from rlvr_gym import Env, FailureKind
 from rlvr_gym.testing.toy import echo_tasks

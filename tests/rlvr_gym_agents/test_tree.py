@@ -11,8 +11,7 @@ from rlvr_gym_agents.config import load_config
 from rlvr_gym_agents.policy import SamplingParams, TransformersPolicy
 from rlvr_gym_agents.rollout import Turn
 from rlvr_gym_agents.trainer import collect_rollouts
-from rlvr_gym_agents.tree import RolloutTree
-from rlvr_gym_agents.tree_sampler import TreeRollout
+from rlvr_gym_agents.tree import RolloutTree, TreeRollout
 
 from rlvr_gym import Failure, FailureKind, Task
 

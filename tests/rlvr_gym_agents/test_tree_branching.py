@@ -7,6 +7,7 @@ from rlvr_gym_agents.tree_branching import (
     BranchConfig,
     BranchState,
     branch_probability,
+    fallback_branch_points,
     global_sample_count,
     segment_entropy,
 )
@@ -70,3 +71,23 @@ def test_branch_state_is_fresh_per_call() -> None:
     assert 0 not in second.initial_entropy  # no class-level sharing (ARPO's stale H_init)
     with pytest.raises(KeyError):
         second.decide(0, 1.0, 0.1, BranchConfig())
+
+
+def test_fallback_branch_points_rank_boundaries_by_entropy_rise_minus_penalty() -> None:
+    from rlvr_gym_agents.tree import RolloutTree
+
+    from rlvr_gym import Task
+
+    # root 0 -> 1 (H 1.0) -> 2 (H 1.6) -> 4 (H 0.5, done); 1 -> 3 (H 1.2, done); 2 -> 5 (H 2.0, done)
+    tree = RolloutTree(Task(id="t", env_id="testing/Echo-v0"))
+    tree.add_node(-1)
+    for parent, entropy, done in [(0, 1.0, False), (1, 1.6, False), (1, 1.2, True), (2, 0.5, True), (2, 2.0, True)]:
+        tree.add_node(parent, entropies=[entropy, entropy], done=done)
+    config = BranchConfig(consecutive_penalty=0.05, probe_tokens=2)
+    points = fallback_branch_points(tree, config)
+    # node 1: H_init = H(node 1) = 1.0, best child 1.6 -> 0.6 - 2 x 0.05 = 0.5
+    # node 2: H_init = 1.0, best child 2.0 -> 1.0 - 2 x 0.05 = 0.9; nodes 3-5 are done or have no child
+    assert [(p.node, p.first_child) for p in points] == [(2, 4), (1, 2)]
+    assert [p.score for p in points] == pytest.approx([0.9, 0.5])
+    assert all(p.initial_entropy == pytest.approx(1.0) for p in points)
+    assert fallback_branch_points(RolloutTree(Task(id="t", env_id="testing/Echo-v0")), config) == []

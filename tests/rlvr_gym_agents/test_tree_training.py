@@ -15,8 +15,9 @@ from rlvr_gym_agents.cli import train_main
 from rlvr_gym_agents.config import ConfigError, load_config
 from rlvr_gym_agents.policy import SamplingParams, TransformersPolicy
 from rlvr_gym_agents.rollout import run_episodes
-from rlvr_gym_agents.trainer import collect_rollouts, ppo_update, train
+from rlvr_gym_agents.trainer import collect_rollouts, train
 from rlvr_gym_agents.tree_sampler import TreeSampler
+from rlvr_gym_agents.update import ppo_update
 
 from rlvr_gym.testing.toy import echo_tasks
 
