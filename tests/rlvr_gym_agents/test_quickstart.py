@@ -13,13 +13,14 @@ RECIPE = Path(__file__).resolve().parents[2] / "agents" / "recipes" / "quickstar
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason="issue 2 target met in 1 of 3 seeds: RL raised held-out sampled "
-                   "pass@1 by +0.090, +0.058, +0.103 over the warm start (README status)")
+@pytest.mark.xfail(strict=False, reason="issue 2 target met in 2 of 3 seeds: RL raised held-out sampled "
+                   "pass@1 by +0.100, +0.150, +0.087 over the warm start (README status)")
 def test_quickstart_beats_the_warm_start_by_ten_points(tmp_path: Path) -> None:
     summary = train(load_config(RECIPE, [f"output.dir={tmp_path / 'run'}", "output.progress=false"]))
     before, after = summary["before"], summary["after"]
     assert before["num_tasks"] >= 50 and before["k"] >= 4
-    assert after["pass@1_sampled"] - before["pass@1_sampled"] >= 0.10
+    # pass@1 is a multiple of 1/400: 0.300 - 0.200 is 0.09999999999999998 in floats
+    assert after["pass@1_sampled"] - before["pass@1_sampled"] >= 0.10 - 1e-9
     assert (tmp_path / "run" / "learning_curve.png").stat().st_size > 1000
     saved = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert saved["after"]["pass@1_sampled"] == pytest.approx(after["pass@1_sampled"])
