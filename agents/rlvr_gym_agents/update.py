@@ -53,29 +53,14 @@ def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, traject
         with torch.no_grad():
             batch.ref_logp = _score(ref_model, batch, torch.arange(len(trajectories)), algorithm.micro_batch_tokens,
                                     temperature, with_entropy=False)[0]
-    needs_entropy = (loss_config.entropy_coef > 0 or loss_config.entropy_advantage_weight > 0
-                     or loss_config.top_entropy_quantile < 1.0)
     model.train()
     history: list[dict[str, float]] = []
     began = time.monotonic()
     for _ in range(algorithm.epochs):
         for rows in torch.randperm(len(trajectories)).chunk(min(algorithm.num_minibatches, len(trajectories))):
             optimizer.zero_grad(set_to_none=True)
-            stats = _minibatch_stats(model, batch, rows, loss_config, algorithm.micro_batch_tokens, temperature)
-            parts = []
-            for micro in length_micro_batches(batch.lengths, rows, algorithm.micro_batch_tokens):
-                width = max(batch.lengths[r] for r in micro.tolist())
-                logp, entropy = token_logprobs(model, batch.ids[micro, :width], batch.attention[micro, :width],
-                                               temperature, with_entropy=needs_entropy)
-                loss, metrics = policy_loss(
-                    logp, batch.old_logp[micro, :width], batch.token_adv[micro, :width], batch.mask[micro, :width],
-                    loss_config, entropy=entropy, stats=stats,
-                    ref_logp=batch.ref_logp[micro, :width] if batch.ref_logp is not None else None,
-                )
-                loss.backward()
-                metrics["loss"] = float(loss.detach())
-                parts.append((metrics, float(batch.mask[micro].sum())))
-            step_metrics = _combine_micro_metrics(parts)
+            step_metrics = _accumulate_gradients(model, batch, rows, loss_config, algorithm.micro_batch_tokens,
+                                                 temperature)
             step_metrics["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(model.parameters(),
                                                                              config.train.max_grad_norm))
             optimizer.step()
@@ -84,6 +69,33 @@ def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, traject
     tokens = algorithm.epochs * sum(batch.lengths)
     means["train_tokens_per_s"] = tokens / max(time.monotonic() - began, 1e-9)
     return means
+
+
+def _accumulate_gradients(model: torch.nn.Module, batch: _UpdateBatch, rows: torch.Tensor, loss_config: LossConfig,
+                          max_tokens: int | None, temperature: float) -> dict[str, float]:
+    """Backpropagates the loss of mini-batch ``rows``, micro-batch by micro-batch; returns its metrics.
+
+    With one micro-batch, ``policy_loss`` takes the statistics from its own forward pass; with several, they come
+    from the whole mini-batch (:func:`_minibatch_stats`), so every micro-batch loss is a summand of the same loss.
+    """
+    needs_entropy = (loss_config.entropy_coef > 0 or loss_config.entropy_advantage_weight > 0
+                     or loss_config.top_entropy_quantile < 1.0)
+    micros = length_micro_batches(batch.lengths, rows, max_tokens)
+    stats = _minibatch_stats(model, batch, rows, loss_config, max_tokens, temperature) if len(micros) > 1 else None
+    parts = []
+    for micro in micros:
+        width = max(batch.lengths[r] for r in micro.tolist())
+        logp, entropy = token_logprobs(model, batch.ids[micro, :width], batch.attention[micro, :width], temperature,
+                                       with_entropy=needs_entropy)
+        loss, metrics = policy_loss(
+            logp, batch.old_logp[micro, :width], batch.token_adv[micro, :width], batch.mask[micro, :width],
+            loss_config, entropy=entropy, stats=stats,
+            ref_logp=batch.ref_logp[micro, :width] if batch.ref_logp is not None else None,
+        )
+        loss.backward()
+        metrics["loss"] = float(loss.detach())
+        parts.append((metrics, float(batch.mask[micro].sum())))
+    return _combine_micro_metrics(parts)
 
 
 @dataclasses.dataclass
