@@ -13,7 +13,7 @@ from rlvr_gym.tasks import TaskSuite, load_suite
 DIFFICULTIES = ("easy", "medium", "hard")
 
 
-@pytest.mark.parametrize("name", ["easy-test", "medium-dev", "hard-dev"])
+@pytest.mark.parametrize("name", ["starter-test", "easy-test", "medium-dev", "hard-dev"])
 def test_shipped_suite_equals_regenerated(name: str) -> None:
     difficulty, split = name.split("-")
     shipped = load_suite(f"textworld/{name}")
@@ -41,6 +41,20 @@ def test_held_out_layouts_only_in_test(difficulty: str) -> None:
     flags = held_out(test)
     assert 0.4 < sum(flags) / len(flags) < 0.6
     assert flags == [task.metadata["held_out_layout"] for task in test]
+
+
+@pytest.mark.parametrize("difficulty", ("starter", *DIFFICULTIES))
+@pytest.mark.parametrize("first", [100, None])
+def test_every_task_type_is_tested_in_seen_and_held_out_layouts(difficulty: str, first: int | None) -> None:
+    # layout must not stand in for task type: in the whole suite and in the first 100 tasks (what the
+    # quickstart evaluates), each type has 40-60% of its tasks in held-out layouts
+    tasks = list(load_suite(f"textworld/{difficulty}-test"))[:first]
+    by_type: dict[str, list[bool]] = {}
+    for task in tasks:
+        by_type.setdefault(task.metadata["task_type"], []).append(task.metadata["held_out_layout"])
+    assert len(by_type) >= 2
+    for flags in by_type.values():
+        assert 0.4 <= sum(flags) / len(flags) <= 0.6
 
 
 def test_easy_train_gold_solves_every_task() -> None:

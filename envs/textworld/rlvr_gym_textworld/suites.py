@@ -2,8 +2,10 @@
 
 Seeds never overlap between splits: task ``i`` of split ``s`` has seed ``SPLIT_SEED_BASE[s] + seed_offset + i``.
 Task types are balanced (task ``i`` gets type ``i mod number of types``). Train and dev tasks use only the
-training room layouts; in the test split every second task uses held-out layouts only (metadata
-``held_out_layout: true``), "layouts never seen in training".
+training room layouts; in the test split every second block of one task per type uses held-out layouts only
+(metadata ``held_out_layout: true``), "layouts never seen in training", so every task type is tested in both
+seen and held-out layouts. (Alternating single tasks, as before, crossed layout with type whenever the number
+of types is even: in the two-type starter suite every held-out layout was a cool-then-place task.)
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ def generate_tasks(env_id: str, split: Split, num_tasks: int, seed_offset: int =
     for i in range(seed_offset, seed_offset + num_tasks):
         seed = SPLIT_SEED_BASE[split] + i
         task_type = level.task_types[i % len(level.task_types)]
-        held_out = split == "test" and i % 2 == 1
+        held_out = split == "test" and (i // len(level.task_types)) % 2 == 1
         # the layout is drawn once from the seed, then fixed in the task's options
         layout = generate_world(np.random.default_rng(seed), level, task_type=task_type, held_out=held_out)
         world = generate_world(np.random.default_rng(seed), level, layout=layout.house.layout, task_type=task_type)
