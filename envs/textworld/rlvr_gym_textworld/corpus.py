@@ -3,7 +3,8 @@
 A tiny policy's tokenizer must contain every word the environment can show (a missing word becomes
 ``<unk>``). :func:`corpus_texts` plays episodes with the oracle, random admissible detours and random
 *impossible* commands naming things of the house (so every failure message appears too), and returns every
-observation and action text, plus the parse-error messages of each command form.
+observation and action text, plus the parse-error messages of each command form and the feedback to commands
+naming things the house does not have (a policy can name any word it knows).
 """
 
 from __future__ import annotations
@@ -56,6 +57,22 @@ def feedback_catalogue(state: WorldState) -> list[str]:
     return sorted(messages)
 
 
+def absent_feedback(state: WorldState) -> list[str]:
+    """The distinct feedback of commands naming a receptacle and an object that this house does not
+    have (``<type> 20``, as a policy that names things of other houses would), with empty hands and holding."""
+    receptacle = f"{entity_type(state.house.receptacles()[0])} 20"
+    thing = f"{entity_type(state.house.objects[0])} 20"
+    messages: set[str] = set()
+    for holding in (None, state.house.objects[0]):
+        probe = state.copy()
+        if holding is not None and probe.where(holding) is not None:
+            probe.contents[str(probe.where(holding))].remove(holding)
+        probe.holding = holding
+        commands = [f"go to {receptacle}", f"use {thing}", f"examine {thing}", *all_commands(probe, [receptacle])]
+        messages.update(apply_command(probe.copy(), command).observation for command in commands)
+    return sorted(messages)
+
+
 def corpus_texts(
     env_id: str = "textworld/ALFWorld-Easy-v0",
     num_episodes: int = 200,
@@ -76,7 +93,8 @@ def corpus_texts(
 
     Returns:
         Texts in play order: for each episode the first observation (room and task sentence), then each
-        command and its feedback; then :func:`feedback_catalogue` of the first two worlds, the malformed-command
+        command and its feedback; then :func:`feedback_catalogue` and :func:`absent_feedback` of the first two
+        worlds, the malformed-command
         messages, the admissible-actions prefix and the numbers 1-20 (object and receptacle numbers).
 
     Raises:
@@ -94,7 +112,8 @@ def corpus_texts(
         texts.append(f"Your task is to: {state.goal.text()}")
         texts += _play(state, rng, detour_rate, impossible_rate, max_steps)
     for episode in range(min(num_episodes, 2)):
-        texts += feedback_catalogue(generate_world(np.random.default_rng(seed + episode), level))
+        world = generate_world(np.random.default_rng(seed + episode), level)
+        texts += feedback_catalogue(world) + absent_feedback(world)
     for command in MALFORMED_COMMANDS:
         failure = parse(command)
         texts += [command, failure.message if not isinstance(failure, tuple) else ""]
