@@ -199,13 +199,16 @@ def warmup_cosine(step: int, warmup_steps: int, total_steps: int, time_fraction:
 
 def time_fraction(elapsed_s: float, steps_done: int, max_steps: int, max_time_s: float) -> float:
     """The fraction in [0, 1] of the time budget spent, for :func:`warmup_cosine`, or 0.0 while the run is on
-    course to finish its ``max_steps`` within ``max_time_s`` (projected at the mean seconds per step so far).
+    course to finish its ``max_steps`` within ``max_time_s`` (projected at the mean seconds per step so far),
+    and always 0.0 during the first tenth of ``max_steps``.
 
     So a run that the time cap will not stop follows the step schedule alone, and two runs of one seed get the
     same learning rates whatever the machine's momentary speed (using the time fraction whenever it was ahead
-    of the step fraction made the early schedule depend on timing, and same-seed warm starts differed).
+    of the step fraction made the early schedule depend on timing, and same-seed warm starts differed). The
+    first tenth is not projected: over a few steps, one slow start-up step (or a busy moment) can project past
+    the cap, switch the schedule to time for a few steps, and change the run.
     """
-    if steps_done <= 0 or elapsed_s / steps_done * max_steps <= max_time_s:
+    if steps_done < max(1, max_steps // 10) or elapsed_s / steps_done * max_steps <= max_time_s:
         return 0.0
     return min(1.0, elapsed_s / max_time_s)
 
@@ -231,8 +234,10 @@ def behaviour_cloning(model: torch.nn.Module, examples: Sequence[tuple[list[int]
         ValueError: ``curve_every < 1``.
 
     Returns:
-        ``{"steps", "loss", "elapsed_s", "tokens_per_s", "stopped_by", "loss_curve"}``; ``loss_curve`` is the
-        moving average (nats/token) after steps ``curve_every``, ``2 * curve_every``, ... The final ``loss``
+        ``{"steps", "loss", "elapsed_s", "tokens_per_s", "stopped_by", "loss_curve", "time_schedule_from_step"}``;
+        ``loss_curve`` is the moving average (nats/token) after steps ``curve_every``, ``2 * curve_every``, ...;
+        ``time_schedule_from_step`` is the first step whose learning rate followed the time budget (None when
+        the step schedule held throughout, the reproducible case). The final ``loss``
         alone is noisy with small batches: in the quickstart (8 episodes per batch) seeds 0 and 1 end at 0.174
         and 0.260, though their curves read 0.188 and 0.203 at step 1,900.
     """
@@ -243,8 +248,11 @@ def behaviour_cloning(model: torch.nn.Module, examples: Sequence[tuple[list[int]
     model.train()
     start, ema, tokens, stopped_by, step = time.monotonic(), None, 0, "max_steps", 0
     curve: list[float] = []
+    time_schedule_from: int | None = None
     for step in range(1, max_steps + 1):
         spent = time_fraction(time.monotonic() - start, step - 1, max_steps, max_time_s)
+        if spent > 0.0 and time_schedule_from is None:
+            time_schedule_from = step
         for group in optimizer.param_groups:
             group["lr"] = learning_rate * warmup_cosine(step - 1, warmup_steps, max_steps, spent)
         ids, mask = next(batches)
@@ -268,7 +276,7 @@ def behaviour_cloning(model: torch.nn.Module, examples: Sequence[tuple[list[int]
             break
     elapsed = time.monotonic() - start
     return {"steps": step, "loss": ema, "elapsed_s": elapsed, "tokens_per_s": tokens / max(elapsed, 1e-9),
-            "stopped_by": stopped_by, "loss_curve": curve}
+            "stopped_by": stopped_by, "loss_curve": curve, "time_schedule_from_step": time_schedule_from}
 
 
 def _batches(examples: Sequence[tuple[list[int], list[int]]], size: int, seed: int,

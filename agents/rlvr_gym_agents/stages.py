@@ -148,6 +148,9 @@ def warm_start(config: TrainConfig, model: Any, chat: ChatFormat, train_tasks: l
     result["demo_success_rate"] = sum(d.success for d in demos) / max(1, len(demos))
     console.note("SFT: {steps} steps, loss {loss:.3f}, {tokens_per_s:.0f} tokens/s, {elapsed_s:.0f} s, "
                  "stopped by {stopped_by}".format(**result))
+    if result["time_schedule_from_step"] is not None:
+        console.note(f"SFT learning rate followed sft.max_time_s from step {result['time_schedule_from_step']}: "
+                     "this warm start depends on the machine's speed (raise sft.max_time_s to make it reproducible)")
     return result
 
 

@@ -231,6 +231,10 @@ def test_time_fraction_only_when_the_time_cap_will_bind() -> None:
     from rlvr_gym_agents.sft import time_fraction
 
     assert time_fraction(10.0, 0, 2000, 420.0) == 0.0  # no step yet: nothing to project
+    # a slow start (0.5 s/step -> 1,000 s projected) inside the first tenth of the steps is not projected
+    assert time_fraction(25.0, 50, 2000, 420.0) == 0.0
+    assert time_fraction(50.0, 199, 2000, 420.0) == 0.0
+    assert time_fraction(50.0, 200, 2000, 420.0) == pytest.approx(50.0 / 420.0)  # from 200 steps it counts
     assert time_fraction(16.0, 100, 2000, 420.0) == 0.0  # 0.16 s/step -> 320 s projected, under the cap
-    assert time_fraction(25.0, 100, 2000, 420.0) == pytest.approx(25.0 / 420.0)  # 500 s projected: time counts
+    assert time_fraction(250.0, 1000, 2000, 420.0) == pytest.approx(250.0 / 420.0)  # 500 s projected: time counts
     assert time_fraction(500.0, 1000, 2000, 420.0) == 1.0  # past the cap: clipped
