@@ -46,8 +46,8 @@ def test_held_out_layouts_only_in_test(difficulty: str) -> None:
 @pytest.mark.parametrize("difficulty", ("starter", *DIFFICULTIES))
 @pytest.mark.parametrize("first", [100, None])
 def test_every_task_type_is_tested_in_seen_and_held_out_layouts(difficulty: str, first: int | None) -> None:
-    # layout must not stand in for task type: in the whole suite and in the first 100 tasks (what the
-    # quickstart evaluates), each type has 40-60% of its tasks in held-out layouts
+    # layout must not stand in for task type: in the whole suite and in its first 100 tasks (an evaluation
+    # with eval.num_tasks=100), each type has 40-60% of its tasks in held-out layouts
     tasks = list(load_suite(f"textworld/{difficulty}-test"))[:first]
     by_type: dict[str, list[bool]] = {}
     for task in tasks:
