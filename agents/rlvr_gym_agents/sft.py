@@ -256,12 +256,7 @@ def behaviour_cloning(model: torch.nn.Module, examples: Sequence[tuple[list[int]
         for group in optimizer.param_groups:
             group["lr"] = learning_rate * warmup_cosine(step - 1, warmup_steps, max_steps, spent)
         ids, mask = next(batches)
-        loss = _cross_entropy(model, ids, mask)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        value = loss.item()
+        value = _optimizer_step(model, optimizer, ids, mask)
         ema = value if ema is None else 0.9 * ema + 0.1 * value
         tokens += int((ids != -1).sum())
         if step % curve_every == 0:
@@ -277,6 +272,17 @@ def behaviour_cloning(model: torch.nn.Module, examples: Sequence[tuple[list[int]
     elapsed = time.monotonic() - start
     return {"steps": step, "loss": ema, "elapsed_s": elapsed, "tokens_per_s": tokens / max(elapsed, 1e-9),
             "stopped_by": stopped_by, "loss_curve": curve, "time_schedule_from_step": time_schedule_from}
+
+
+def _optimizer_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, ids: torch.Tensor,
+                    mask: torch.Tensor) -> float:
+    """One clipped (global L2 norm 1.0) optimizer step on the batch's cross-entropy; returns the loss."""
+    loss = _cross_entropy(model, ids, mask)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    return loss.item()
 
 
 def _batches(examples: Sequence[tuple[list[int], list[int]]], size: int, seed: int,

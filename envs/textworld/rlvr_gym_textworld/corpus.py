@@ -48,10 +48,8 @@ def feedback_catalogue(state: WorldState) -> list[str]:
     held = state.house.objects[0]
     for receptacle in state.house.receptacles():
         for holding in (None, held):
-            probe = state.copy()
-            if holding is not None and probe.where(holding) is not None:
-                probe.contents[str(probe.where(holding))].remove(holding)
-            probe.room, probe.location, probe.holding = probe.house.receptacle_room[receptacle], receptacle, holding
+            probe = _holding(state, holding)
+            probe.room, probe.location = probe.house.receptacle_room[receptacle], receptacle
             for command in all_commands(probe, [receptacle]):
                 messages.add(apply_command(probe.copy(), command).observation)
     return sorted(messages)
@@ -64,13 +62,19 @@ def absent_feedback(state: WorldState) -> list[str]:
     thing = f"{entity_type(state.house.objects[0])} 20"
     messages: set[str] = set()
     for holding in (None, state.house.objects[0]):
-        probe = state.copy()
-        if holding is not None and probe.where(holding) is not None:
-            probe.contents[str(probe.where(holding))].remove(holding)
-        probe.holding = holding
+        probe = _holding(state, holding)
         commands = [f"go to {receptacle}", f"use {thing}", f"examine {thing}", *all_commands(probe, [receptacle])]
         messages.update(apply_command(probe.copy(), command).observation for command in commands)
     return sorted(messages)
+
+
+def _holding(state: WorldState, thing: str | None) -> WorldState:
+    """A copy of ``state`` with ``thing`` taken from wherever it lies into the agent's hands (None: empty)."""
+    probe = state.copy()
+    if thing is not None and probe.where(thing) is not None:
+        probe.contents[str(probe.where(thing))].remove(thing)
+    probe.holding = thing
+    return probe
 
 
 def corpus_texts(
