@@ -7,6 +7,7 @@ own claims. Limits are short so the whole suite stays fast.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import shutil
@@ -26,6 +27,9 @@ from rlvr_gym.sandbox.bwrap import HOST_UID_BASE
 
 LIMITS = SandboxLimits(timeout_s=2.5, cpu_time_s=1, memory_limit_mb=256, file_size_limit_mb=2, max_processes=32,
                        output_limit_bytes=8192, tmp_size_mb=8, disk_limit_mb=8)
+# The memory bomb zero-fills 256 MB a page at a time; on a loaded 2-core machine that took the whole second of
+# LIMITS' CPU time once (killed_by="cpu_time"), so it gets more CPU and wall time: the memory limit must bind.
+MEMORY_BOMB_LIMITS = dataclasses.replace(LIMITS, cpu_time_s=5, timeout_s=10)
 SECRET = "rlvr-host-secret-5f1c2e"
 
 
@@ -219,7 +223,8 @@ def test_there_are_at_least_40_attacks() -> None:
 
 @pytest.mark.parametrize("name,argv,check", ALL_ATTACKS, ids=[a[0] for a in ALL_ATTACKS])
 def test_attack_is_contained(box, host, run_uid, name, argv, check) -> None:  # type: ignore[no-untyped-def]
-    result = box.run(argv(host), limits=LIMITS, collect=["."])
+    limits = MEMORY_BOMB_LIMITS if name == "memory_bomb" else LIMITS
+    result = box.run(argv(host), limits=limits, collect=["."])
     assert result.sandbox_error is None, result.sandbox_error
     assert not leaked(result), f"{name} leaked the host secret"
     assert not host.canary_target.exists()
