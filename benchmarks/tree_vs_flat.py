@@ -3,15 +3,18 @@
 Usage::
 
     .venv/bin/python benchmarks/tree_vs_flat.py [--model runs/quickstart-seed0/checkpoint] [--tasks 8]
-        [--leaves 8] [--seeds 3] [--global-samples 2 4] [--max-new-tokens 12]
+        [--leaves 8] [--seeds 3] [--global-samples 1 2 4] [--alphas 0.5 0.2] [--suite textworld/starter-train]
+        [--max-new-tokens 10]
 
-For each seed, the same tasks (``textworld/easy-train``) are rolled out ``--leaves`` times per task twice, in
-alternating order so a loaded machine slows both alike: flat (:func:`rlvr_gym_agents.rollout.run_episodes`,
-KV cache reused across turns, the baseline) and as trees (:class:`rlvr_gym_agents.tree_sampler.TreeSampler`,
-entropy-balanced branching with ``m`` global samples per task, one line per ``--global-samples`` value, and
-AEPO pre-monitoring). Prints, per configuration: generated tokens per leaf, wall seconds per leaf, success rate
-per leaf, distinct successful action sequences per task, turns per leaf, and the tree/flat ratios (target:
-<= 0.6x tokens per leaf). Numbers only; no verdicts.
+For each seed, the same tasks (``--suite``, default the quickstart's training suite) are rolled out
+``--leaves`` times per task twice, in alternating order so a loaded machine slows both alike: flat
+(:func:`rlvr_gym_agents.rollout.run_episodes`, KV cache reused across turns, the baseline) and as trees
+(:class:`rlvr_gym_agents.tree_sampler.TreeSampler`, entropy-balanced branching with ``m`` global samples per
+task, one line per ``--global-samples`` value, and AEPO pre-monitoring). Prints, per configuration: generated
+tokens per leaf, wall seconds per leaf, success rate per leaf, distinct successful action sequences per task,
+turns per leaf, and the tree/flat ratios (target: <= 0.6x tokens per leaf); for trees also the success rate of
+the leaves that continue a global sample and of the branched ones, and the mean depth (turns) of the branch
+points. Numbers only; no verdicts.
 
 The model defaults to the quickstart's checkpoint when it exists (a policy with some skill: entropies that
 differ between turns), else the quickstart's randomly initialised tiny model is built in a temporary folder.
@@ -85,6 +88,9 @@ def run_tree(
     stats = flat_stats(trajectories, seconds)
     stats["tokens_per_leaf"] = rollout.metrics["tokens_per_leaf"]  # shared prefixes counted once
     stats["branches_per_task"] = rollout.metrics["branches"] / len(tasks)
+    stats["branch_depth"] = rollout.metrics["branch_depth_mean"]
+    for kind in ("global", "branched"):  # NaN when no leaf of that kind
+        stats[f"success_{kind}"] = rollout.metrics["leaf_success"].get(kind, float("nan"))
     return stats
 
 
@@ -94,14 +100,16 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=8, help="tasks per seed")
     parser.add_argument("--leaves", type=int, default=8, help="leaves (episodes) per task")
     parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--global-samples", type=int, nargs="+", default=[2, 4], help="m values to try")
+    parser.add_argument("--global-samples", type=int, nargs="+", default=[1, 2, 4], help="m values to try")
     parser.add_argument("--alphas", type=float, nargs="+", default=[0.5, 0.2], help="base branch probabilities")
-    parser.add_argument("--max-new-tokens", type=int, default=12)
+    parser.add_argument("--suite", default=None, help="task suite (default: the quickstart's env.train_suite)")
+    parser.add_argument("--max-new-tokens", type=int, default=None, help="default: the quickstart's (10)")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    suite = load_suite("textworld/easy-train").tasks
-    sampling = SamplingParams(temperature=1.0, max_new_tokens=args.max_new_tokens)
+    recipe = load_config(RECIPE)
+    suite = load_suite(args.suite or recipe.env.train_suite or "textworld/starter-train").tasks
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=args.max_new_tokens or recipe.rollout.max_new_tokens)
     variants: dict[str, TreeSamplerConfig | None] = {"flat": None}
     for alpha in args.alphas:
         branch = BranchConfig(alpha=alpha)
@@ -135,7 +143,7 @@ def report(results: dict[str, list[dict[str, float]]]) -> None:
     print("\nmeans over seeds (ratio = tree / flat)")
     header = (
         f"{'variant':<24} {'tokens/leaf':>12} {'ratio':>6} {'s/leaf':>8} {'ratio':>6} {'success':>8} "
-        f"{'distinct wins/task':>18} {'turns/leaf':>10}"
+        f"{'distinct wins/task':>18} {'turns/leaf':>10} {'success global/branched':>24} {'branch depth':>12}"
     )
     print(header)
     for name, runs in results.items():
@@ -143,7 +151,9 @@ def report(results: dict[str, list[dict[str, float]]]) -> None:
         print(
             f"{name:<24} {mean['tokens_per_leaf']:>12.1f} {mean['tokens_per_leaf'] / base['tokens_per_leaf']:>6.2f} "
             f"{mean['seconds_per_leaf']:>8.3f} {mean['seconds_per_leaf'] / base['seconds_per_leaf']:>6.2f} "
-            f"{mean['success']:>8.3f} {mean['distinct_successful']:>18.2f} {mean['turns_per_leaf']:>10.2f}"
+            f"{mean['success']:>8.3f} {mean['distinct_successful']:>18.2f} {mean['turns_per_leaf']:>10.2f} "
+            + (f"{mean['success_global']:>13.3f} / {mean['success_branched']:<8.3f} {mean['branch_depth']:>12.2f}"
+               if "branch_depth" in mean else "")
         )
 
 

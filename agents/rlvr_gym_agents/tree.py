@@ -269,7 +269,12 @@ def tree_metrics(
     of distinct successful action sequences), ``entropy_per_turn`` ({depth: mean token entropy of the turns
     at that depth}), ``tokens_generated`` (each shared token counted once), ``flat_equivalent_tokens``
     (generated tokens summed over leaf paths: what independent sampling of the same leaves costs),
-    ``tokens_per_leaf`` and ``prefix_sharing_ratio`` (tokens_generated / flat_equivalent_tokens).
+    ``tokens_per_leaf``, ``prefix_sharing_ratio`` (tokens_generated / flat_equivalent_tokens), and
+    ``leaf_success`` ({"global": success rate of the leaves that continue a global sample, "branched": of the
+    leaves that split off at a turn boundary; a kind without leaves is left out}) with ``branch_depth_mean``
+    (the mean depth, in turns, of the boundary where each branched leaf split off; 0.0 without branches).
+    Branches start from states the parent path reached, so a sampler that branches long (often failing)
+    paths gives branched leaves a lower success rate than independent episodes.
     """
     depth_branch: dict[int, int] = {}
     depth_entropy: dict[int, list[float]] = {}
@@ -296,6 +301,7 @@ def tree_metrics(
         }
         distinct.append(len(wins))
     total_leaves = max(1, sum(leaves_per_task))
+    origins = [_leaf_origin(tree, leaf) for tree in trees for leaf in tree.leaves()]
     return {
         "leaves_per_task": leaves_per_task,
         "global_samples": int(sum(num_globals)),
@@ -307,4 +313,19 @@ def tree_metrics(
         "flat_equivalent_tokens": flat,
         "tokens_per_leaf": generated / total_leaves,
         "prefix_sharing_ratio": generated / flat if flat else 1.0,
+        **_success_by_origin(origins),
     }
+
+
+def _leaf_origin(tree: RolloutTree, leaf: int) -> tuple[int | None, bool]:
+    """(depth of the boundary where the leaf split off, None for a global sample's leaf; its success)."""
+    split = [n for n in tree.path(leaf) if tree.nodes[n].branched]
+    return (tree.nodes[split[-1]].depth - 1 if split else None), tree.nodes[leaf].success
+
+
+def _success_by_origin(origins: list[tuple[int | None, bool]]) -> dict[str, Any]:
+    kinds = {"global": [ok for depth, ok in origins if depth is None],
+             "branched": [ok for depth, ok in origins if depth is not None]}
+    depths = [depth for depth, _ in origins if depth is not None]
+    return {"leaf_success": {kind: float(np.mean(oks)) for kind, oks in kinds.items() if oks},
+            "branch_depth_mean": float(np.mean(depths)) if depths else 0.0}

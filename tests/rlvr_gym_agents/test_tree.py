@@ -11,7 +11,7 @@ from rlvr_gym_agents.config import load_config
 from rlvr_gym_agents.policy import SamplingParams, TransformersPolicy
 from rlvr_gym_agents.rollout import Turn
 from rlvr_gym_agents.trainer import collect_rollouts
-from rlvr_gym_agents.tree import RolloutTree, TreeRollout
+from rlvr_gym_agents.tree import RolloutTree, TreeRollout, tree_metrics
 
 from rlvr_gym import Failure, FailureKind, Task
 
@@ -137,3 +137,14 @@ def test_trainer_passes_the_invalid_action_penalty_to_tree_credit(tiny_policy: T
     expected = torch.tensor([[0, 0, a, a, a, a, 0], [0, 0, b, b, b, b, b], [0, 0, c, 0, 0, 0, 0]])
     torch.testing.assert_close(shaped.advantages, expected)
     assert shaped.keep.tolist() == [True, True, True]
+
+
+def test_tree_metrics_split_leaf_success_by_origin_hand_computed() -> None:
+    branched = _tree()
+    branched.nodes[3].branched = True  # node 3 split off node 1: the boundary after turn 1
+    metrics = tree_metrics([branched, _tree()], num_globals=[2, 3], num_branches=[1, 0])
+    # global leaves: 2 (success), 4; 2, 3, 4 of the unbranched tree (one success) -> 2 / 5
+    assert metrics["leaf_success"] == {"global": pytest.approx(0.4), "branched": 0.0}
+    assert metrics["branch_depth_mean"] == 1.0 and metrics["branches"] == 1
+    unbranched = tree_metrics([_tree()], num_globals=[3], num_branches=[0])
+    assert unbranched["leaf_success"] == {"global": pytest.approx(1 / 3)} and unbranched["branch_depth_mean"] == 0.0
