@@ -5,7 +5,8 @@ Usage::
     .venv/bin/python benchmarks/tree_vs_flat_learning.py --warm-start runs/quickstart-seed0/sft_model
         [--seeds 0 1 2] [--steps 30] [--eval-every 5] [--credit treerl] [--flat-credit soft]
         [--out runs/bench-tree-vs-flat]
-        [--tasks-per-step 8] [--group-size 8] [--eval-tasks 50] [--threads 2] [--set key=value ...]
+        [--tasks-per-step 8] [--group-size 8] [--eval-tasks 100] [--threads 2] [--set key=value ...]
+        [--tree-set key=value ...]
 
 For each seed, :func:`rlvr_gym_agents.trainer.train` runs twice from the same warm-started policy directory
 (``--warm-start``; without it, the quickstart recipe's SFT is run once per seed with ``train.num_steps=0``
@@ -15,7 +16,10 @@ into ``OUT/warm-seed<seed>`` and its ``sft_model`` is used):
   suites), ``group_size`` independent episodes per task, with ``algorithm.credit=--flat-credit`` (``soft``,
   one GRPO advantage per episode, unless told otherwise) and without the recipe's invalid-action penalty;
 - tree: the same settings with ``rollout.sampler=tree``, the ``rollout.tree`` section of
-  ``agents/recipes/textworld-tree.yaml`` and ``algorithm.credit=--credit`` (TreeRL or GiGPO turn-level credit).
+  ``agents/recipes/textworld-tree.yaml``, ``algorithm.credit=--credit`` (TreeRL or GiGPO turn-level credit)
+  and the ``--tree-set`` overrides (e.g. ``rollout.tree.global_samples=2``), which leave the flat runs as
+  they are: copy the ``flat-seed*`` directories of an earlier ``--out`` into a new one to compare another
+  tree setting against the same baseline without retraining it.
 
 Equal budget: both runs have the same seed, steps, tasks per step and leaf trajectories per task
 (``group_size`` = leaves per tree), so the tree's prefix sharing shows as fewer generated tokens (the x-axis,
@@ -69,10 +73,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="flat baseline's credit: soft = flat GRPO (default), gigpo = GiGPO over flat groups")
     parser.add_argument("--tasks-per-step", type=int, default=None, help="default: the quickstart's (8)")
     parser.add_argument("--group-size", type=int, default=None, help="episodes (leaves) per task; default 8")
-    parser.add_argument("--eval-tasks", type=int, default=None, help="held-out tasks; default the quickstart's 50")
+    parser.add_argument("--eval-tasks", type=int, default=None,
+                        help="held-out tasks evaluated; default the quickstart's eval.num_tasks (200)")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads per run (model.num_threads)")
     parser.add_argument("--set", dest="overrides", nargs="*", default=[], metavar="KEY=VALUE",
                         help="extra recipe overrides for both variants (and the warm start), e.g. eval.k=2")
+    parser.add_argument("--tree-set", dest="tree_overrides", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="recipe overrides for the tree variant only, e.g. rollout.tree.global_samples=2")
     parser.add_argument("--progress", action="store_true", help="show the trainer's progress bars")
     parser.add_argument("--out", type=Path, default=Path("runs/bench-tree-vs-flat"))
     args = parser.parse_args(argv)
@@ -104,8 +111,11 @@ def common_overrides(args: argparse.Namespace, seed: int) -> list[str]:
 
 
 def variant_overrides(args: argparse.Namespace, variant: str) -> list[str]:
-    """What sets a variant apart: the tree sampler and ``--credit``, or flat with ``--flat-credit``."""
-    return tree_overrides(args.credit) if variant == "tree" else [f"algorithm.credit={args.flat_credit}"]
+    """What sets a variant apart: the tree sampler, ``--credit`` and ``--tree-set``, or flat with
+    ``--flat-credit``."""
+    if variant == "tree":
+        return [*tree_overrides(args.credit), *args.tree_overrides]
+    return [f"algorithm.credit={args.flat_credit}"]
 
 
 def tree_overrides(credit: str) -> list[str]:
@@ -160,11 +170,12 @@ def run_variant(args: argparse.Namespace, seed: int, variant: str, warm: Path) -
 
 def effective_settings(config: dict[str, Any]) -> dict[str, Any]:
     """A saved run config without what cannot change an RL run from a given warm start: the ``sft`` section
-    (disabled here) and the sizes of a tiny model that is loaded, not built. A recipe edit there keeps runs
-    reusable."""
+    (disabled here), the sizes of a tiny model that is loaded, not built, and ``output.dir`` (a run copied
+    from another ``--out``). A recipe edit there keeps runs reusable."""
     kept = {key: value for key, value in config.items() if key != "sft"}
     kept["model"] = {key: value for key, value in config["model"].items()
                      if key not in ("hidden_size", "num_layers", "num_heads", "intermediate_size", "corpus_episodes")}
+    kept["output"] = {key: value for key, value in config["output"].items() if key != "dir"}
     return kept
 
 
@@ -177,6 +188,17 @@ def _train_quietly(config: TrainConfig) -> dict[str, Any]:
 def wall_s(run_dir: Path) -> float:
     """Wall seconds of the run's ``train()`` call (its ``summary.json``)."""
     return float(json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))["elapsed_s"])
+
+
+def step_means(run_dir: Path, keys: tuple[str, ...] = ("groups_kept", "success_rate")) -> dict[str, float]:
+    """Means over the run's RL step records of ``keys``: ``groups_kept`` (tasks per step whose episodes did
+    not all get the same return, the groups that carry a gradient) and ``success_rate`` (of the training
+    rollouts). A resumed run's repeated step counts once (its last record)."""
+    records: dict[int, dict[str, Any]] = {}
+    for line in (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines():
+        if line.strip() and (record := json.loads(line))["phase"] == "rl":
+            records[record["step"]] = record
+    return {key: float(np.mean([r[key] for r in records.values()])) for key in keys}
 
 
 def learning_curve(run_dir: Path) -> list[dict[str, Any]]:
@@ -300,7 +322,8 @@ def main(argv: list[str] | None = None) -> None:
     rows = [{"seed": seed, **compare(curves["flat"][seed], curves["tree"][seed], m)}
             for seed in args.seeds for m in METRICS]
     rows += [{"seed": "mean", **compare(means["flat"], means["tree"], m)} for m in METRICS]
-    print(f"\nTree ({args.credit} credit) vs flat ({args.flat_credit} credit), held-out pass@1 against generated tokens "
+    tree_label = f"{args.credit} credit{''.join(', ' + o for o in args.tree_overrides)}"
+    print(f"\nTree ({tree_label}) vs flat ({args.flat_credit} credit), held-out pass@1 against generated tokens "
           f"({args.steps} RL steps, same leaves per step; target tree/flat <= 0.50):")
     print_table(rows)
     ratios = [r["ratio"] for r in rows if r["seed"] != "mean" and r["metric"] == "sampled"]
@@ -310,12 +333,18 @@ def main(argv: list[str] | None = None) -> None:
     for variant in VARIANTS:
         totals = [c[-1]["tokens"] for c in curves[variant].values()]
         walls = [wall_s(args.out / f"{variant}-seed{seed}") for seed in args.seeds]
+        steps = [step_means(args.out / f"{variant}-seed{seed}") for seed in args.seeds]
+        kept = ", ".join(format(s["groups_kept"], ".2f") for s in steps)
+        success = ", ".join(format(s["success_rate"], ".3f") for s in steps)
         print(f"{variant}: generated tokens per run {', '.join(f'{t:,}' for t in totals)}; "
-              f"wall s per run {', '.join(f'{w:.0f}' for w in walls)}")
-    title = f"tree ({args.credit}) vs flat ({args.flat_credit}), seeds {args.seeds}, {args.steps} RL steps each"
+              f"wall s per run {', '.join(f'{w:.0f}' for w in walls)}; groups kept per step {kept}; "
+              f"training success {success}")
+    title = f"tree ({tree_label}) vs flat ({args.flat_credit}), seeds {args.seeds}, {args.steps} RL steps each"
     plot(curves, means, args.out / "tree_vs_flat_learning.png", title)
     result = {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-              "curves": curves, "means": means, "rows": rows}
+              "curves": curves, "means": means, "rows": rows,
+              "step_means": {v: {seed: step_means(args.out / f"{v}-seed{seed}") for seed in args.seeds}
+                             for v in VARIANTS}}
     (args.out / "tree_vs_flat_learning.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     print(f"wrote {args.out / 'tree_vs_flat_learning.png'} and {args.out / 'tree_vs_flat_learning.json'}")
 

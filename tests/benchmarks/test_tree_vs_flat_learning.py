@@ -45,6 +45,16 @@ def test_both_variants_share_the_quickstart_settings_and_differ_in_sampler_and_c
     assert tree.rollout.max_new_tokens == flat.rollout.max_new_tokens and tree.seed == flat.seed == 1
 
 
+
+def test_tree_set_changes_the_tree_variant_only(bench: ModuleType, tmp_path: Path) -> None:
+    args = bench.parse_args(["--tree-set", "rollout.tree.global_samples=2", "rollout.tree.branch.alpha=0.1"])
+    common = [*bench.common_overrides(args, 0), "model.path_or_id=/some/dir", f"output.dir={tmp_path}"]
+    flat = load_config(bench.FLAT_RECIPE, common + bench.variant_overrides(args, "flat"))
+    tree = load_config(bench.FLAT_RECIPE, common + bench.variant_overrides(args, "tree"))
+    assert tree.rollout.tree.global_samples == 2 and tree.rollout.tree.branch.alpha == 0.1
+    plain = load_config(bench.FLAT_RECIPE, common + bench.variant_overrides(bench.parse_args([]), "flat"))
+    assert flat == plain  # so flat runs of an earlier --out are reused for another tree setting
+
 def test_learning_curve_sums_step_tokens_up_to_each_evaluation(bench: ModuleType, tmp_path: Path) -> None:
     records = [
         {"phase": "eval", "step": 0, "pass@1_sampled": 0.1, "pass@1_greedy": 0.0},
@@ -59,6 +69,17 @@ def test_learning_curve_sums_step_tokens_up_to_each_evaluation(bench: ModuleType
     assert bench.learning_curve(tmp_path) == [_point(0, 0, 0.1, 0.0), _point(2, 160, 0.25, 0.5),
                                               _point(3, 200, 0.5, None)]
 
+
+
+def test_step_means_average_rl_records_once_per_step(bench: ModuleType, tmp_path: Path) -> None:
+    records = [
+        {"phase": "eval", "step": 0, "pass@1_sampled": 0.1},
+        {"phase": "rl", "step": 1, "groups_kept": 2, "success_rate": 0.25},
+        {"phase": "rl", "step": 2, "groups_kept": 7, "success_rate": 0.5},
+        {"phase": "rl", "step": 2, "groups_kept": 4, "success_rate": 0.75},  # after a resume: the last counts
+    ]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert bench.step_means(tmp_path) == {"groups_kept": pytest.approx(3.0), "success_rate": pytest.approx(0.5)}
 
 def test_compare_finds_the_first_tree_evaluation_at_flat_final_success(bench: ModuleType) -> None:
     flat = [_point(0, 0, 0.1), _point(2, 100, 0.3), _point(4, 200, 0.4)]
@@ -85,10 +106,11 @@ def test_mean_curve_averages_the_shared_evaluation_steps(bench: ModuleType) -> N
     assert mean[0]["greedy"] == pytest.approx(0.1)
 
 
-def test_effective_settings_ignore_sft_and_tiny_sizes_but_not_rl_settings(bench: ModuleType) -> None:
+def test_effective_settings_ignore_sft_tiny_sizes_and_run_dir_but_not_rl_settings(bench: ModuleType) -> None:
     a = json.loads(json.dumps(bench.to_dict(load_config(bench.FLAT_RECIPE, ["sft.enabled=false"]))))
     b = json.loads(json.dumps(bench.to_dict(load_config(bench.FLAT_RECIPE, ["sft.enabled=false", "sft.num_demos=7",
-                                                                             "model.hidden_size=64"]))))
+                                                                             "model.hidden_size=64",
+                                                                             "output.dir=/elsewhere"]))))
     c = json.loads(json.dumps(bench.to_dict(load_config(bench.FLAT_RECIPE, ["sft.enabled=false",
                                                                              "train.learning_rate=1e-3"]))))
     assert bench.effective_settings(a) == bench.effective_settings(b)
