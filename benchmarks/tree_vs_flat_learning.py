@@ -194,11 +194,18 @@ def step_means(run_dir: Path, keys: tuple[str, ...] = ("groups_kept", "success_r
     """Means over the run's RL step records of ``keys``: ``groups_kept`` (tasks per step whose episodes did
     not all get the same return, the groups that carry a gradient) and ``success_rate`` (of the training
     rollouts). A resumed run's repeated step counts once (its last record)."""
-    records: dict[int, dict[str, Any]] = {}
+    rl = [r for (phase, _), r in step_records(run_dir).items() if phase == "rl"]
+    return {key: float(np.mean([r[key] for r in rl])) for key in keys}
+
+
+def step_records(run_dir: Path) -> dict[tuple[str, int], dict[str, Any]]:
+    """The run's ``metrics.jsonl`` by (phase, step); a resumed run may log a step twice: the last record counts."""
+    records: dict[tuple[str, int], dict[str, Any]] = {}
     for line in (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines():
-        if line.strip() and (record := json.loads(line))["phase"] == "rl":
-            records[record["step"]] = record
-    return {key: float(np.mean([r[key] for r in records.values()])) for key in keys}
+        if line.strip():
+            record = json.loads(line)
+            records[(record["phase"], record["step"])] = record
+    return records
 
 
 def learning_curve(run_dir: Path) -> list[dict[str, Any]]:
@@ -206,11 +213,7 @@ def learning_curve(run_dir: Path) -> list[dict[str, Any]]:
 
     A resumed run may log a step twice; the last record of each (phase, step) counts.
     """
-    records: dict[tuple[str, int], dict[str, Any]] = {}
-    for line in (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            record = json.loads(line)
-            records[(record["phase"], record["step"])] = record
+    records = step_records(run_dir)
     tokens = {step: r["tokens_generated"] for (phase, step), r in records.items() if phase == "rl"}
     return [{"step": step, "tokens": int(sum(n for s, n in tokens.items() if s <= step)),
              **{name: r.get(key) for name, key in METRICS.items()}}
@@ -330,10 +333,11 @@ def main(argv: list[str] | None = None) -> None:
     reached = [r for r in ratios if r is not None]
     print(f"sampled: tree reached flat's final success in {len(reached)}/{len(ratios)} seeds"
           + (f", ratio per seed {', '.join(f'{r:.2f}' for r in reached)}" if reached else ""))
+    per_step = {v: {seed: step_means(args.out / f"{v}-seed{seed}") for seed in args.seeds} for v in VARIANTS}
     for variant in VARIANTS:
         totals = [c[-1]["tokens"] for c in curves[variant].values()]
         walls = [wall_s(args.out / f"{variant}-seed{seed}") for seed in args.seeds]
-        steps = [step_means(args.out / f"{variant}-seed{seed}") for seed in args.seeds]
+        steps = list(per_step[variant].values())
         kept = ", ".join(format(s["groups_kept"], ".2f") for s in steps)
         success = ", ".join(format(s["success_rate"], ".3f") for s in steps)
         print(f"{variant}: generated tokens per run {', '.join(f'{t:,}' for t in totals)}; "
@@ -343,8 +347,7 @@ def main(argv: list[str] | None = None) -> None:
     plot(curves, means, args.out / "tree_vs_flat_learning.png", title)
     result = {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
               "curves": curves, "means": means, "rows": rows,
-              "step_means": {v: {seed: step_means(args.out / f"{v}-seed{seed}") for seed in args.seeds}
-                             for v in VARIANTS}}
+              "step_means": per_step}
     (args.out / "tree_vs_flat_learning.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     print(f"wrote {args.out / 'tree_vs_flat_learning.png'} and {args.out / 'tree_vs_flat_learning.json'}")
 

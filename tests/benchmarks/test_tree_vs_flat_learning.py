@@ -45,7 +45,6 @@ def test_both_variants_share_the_quickstart_settings_and_differ_in_sampler_and_c
     assert tree.rollout.max_new_tokens == flat.rollout.max_new_tokens and tree.seed == flat.seed == 1
 
 
-
 def test_tree_set_changes_the_tree_variant_only(bench: ModuleType, tmp_path: Path) -> None:
     args = bench.parse_args(["--tree-set", "rollout.tree.global_samples=2", "rollout.tree.branch.alpha=0.1"])
     common = [*bench.common_overrides(args, 0), "model.path_or_id=/some/dir", f"output.dir={tmp_path}"]
@@ -54,6 +53,7 @@ def test_tree_set_changes_the_tree_variant_only(bench: ModuleType, tmp_path: Pat
     assert tree.rollout.tree.global_samples == 2 and tree.rollout.tree.branch.alpha == 0.1
     plain = load_config(bench.FLAT_RECIPE, common + bench.variant_overrides(bench.parse_args([]), "flat"))
     assert flat == plain  # so flat runs of an earlier --out are reused for another tree setting
+
 
 def test_learning_curve_sums_step_tokens_up_to_each_evaluation(bench: ModuleType, tmp_path: Path) -> None:
     records = [
@@ -70,7 +70,6 @@ def test_learning_curve_sums_step_tokens_up_to_each_evaluation(bench: ModuleType
                                               _point(3, 200, 0.5, None)]
 
 
-
 def test_step_means_average_rl_records_once_per_step(bench: ModuleType, tmp_path: Path) -> None:
     records = [
         {"phase": "eval", "step": 0, "pass@1_sampled": 0.1},
@@ -80,6 +79,7 @@ def test_step_means_average_rl_records_once_per_step(bench: ModuleType, tmp_path
     ]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     assert bench.step_means(tmp_path) == {"groups_kept": pytest.approx(3.0), "success_rate": pytest.approx(0.5)}
+
 
 def test_compare_finds_the_first_tree_evaluation_at_flat_final_success(bench: ModuleType) -> None:
     flat = [_point(0, 0, 0.1), _point(2, 100, 0.3), _point(4, 200, 0.4)]
