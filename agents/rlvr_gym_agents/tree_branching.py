@@ -154,7 +154,8 @@ class FallbackBranchPoint:
     """A turn boundary of a finished tree to branch at again, with its score."""
 
     score: float
-    """dH of the turn that followed the boundary minus ``consecutive_penalty`` per existing child."""
+    """dH (or the surprisal) of the turn that followed the boundary minus ``consecutive_penalty`` per existing
+    child."""
     node: int
     """The node (turn boundary) to branch at."""
     first_child: int
@@ -163,17 +164,31 @@ class FallbackBranchPoint:
     """H_init of the path through ``node``: the entropy of its first turn (nats)."""
 
 
-def fallback_branch_points(tree: RolloutTree, config: BranchConfig) -> list[FallbackBranchPoint]:
+FALLBACK_SCORES = ("entropy", "surprisal")
+
+
+def fallback_branch_points(tree: RolloutTree, config: BranchConfig, score: str = "entropy") -> list[FallbackBranchPoint]:
     """The turn boundaries of a tree whose paths all ended under budget, best first (TreeRL EPTree-style).
 
     TreeRL's EPTree forks at the top-entropy positions of the existing tree; here the candidates are the
-    interior, not-done nodes, scored by dH = H(next turn) - H_init over ``config.probe_tokens`` first tokens
-    (the largest over the node's children) minus ``config.consecutive_penalty`` per child it already has.
+    interior, not-done nodes, scored by the turns that followed them (the largest over the node's children),
+    minus ``config.consecutive_penalty`` per child the node already has:
+
+    - ``"entropy"``: dH = H(next turn) - H_init, the mean entropy of its first ``config.probe_tokens`` tokens
+      against the path's first turn (nats).
+    - ``"surprisal"``: -log pi(a | s) = -sum of the sampled log-probs of the next turn's action (nats): the
+      boundary before the least likely action a path took, where re-sampling most often changes the action.
+      A policy that imitates a noisy expert fails mostly through such draws (our addition; not in TreeRL).
 
     Returns:
         Candidates sorted by score, highest first (ties: the higher node index first); empty when no node of
         the tree has a child.
+
+    Raises:
+        ValueError: ``score`` is not one of :data:`FALLBACK_SCORES`.
     """
+    if score not in FALLBACK_SCORES:
+        raise ValueError(f"score must be one of {FALLBACK_SCORES}, got {score!r}")
     children: dict[int, list[int]] = {}
     for node in tree.nodes[1:]:
         children.setdefault(node.parent, []).append(node.index)
@@ -182,7 +197,10 @@ def fallback_branch_points(tree: RolloutTree, config: BranchConfig) -> list[Fall
         if node.done or node.index not in children:
             continue
         h_init = segment_entropy(tree.nodes[tree.path(node.index)[1]].entropies, config.probe_tokens)
-        h_next = max(segment_entropy(tree.nodes[c].entropies, config.probe_tokens) for c in children[node.index])
-        score = h_next - h_init - config.consecutive_penalty * len(children[node.index])
-        points.append(FallbackBranchPoint(score, node.index, children[node.index][0], h_init))
+        if score == "surprisal":
+            best = max(-sum(tree.nodes[c].logps) for c in children[node.index])
+        else:
+            best = max(segment_entropy(tree.nodes[c].entropies, config.probe_tokens) for c in children[node.index]) - h_init
+        value = best - config.consecutive_penalty * len(children[node.index])
+        points.append(FallbackBranchPoint(value, node.index, children[node.index][0], h_init))
     return sorted(points, key=lambda p: (p.score, p.node), reverse=True)

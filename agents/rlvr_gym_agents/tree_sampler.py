@@ -11,9 +11,10 @@ Per task the sampler grows a :class:`~rlvr_gym_agents.tree.RolloutTree` with exa
    clip((alpha + w (H_t - H_init)) (1 - lambda l), 0, 1) (:mod:`rlvr_gym_agents.tree_branching`). The
    child gets ``env.fork()`` of the state before the parent's step and the parent's KV cache rewound to the
    boundary, so the shared prefix is never generated or prefilled again.
-4. When a task has no running path and fewer than ``n`` paths, the rest of the budget branches at the
-   task's highest-entropy boundaries (TreeRL EPTree-style; the env is rebuilt by replaying the actions and
-   checked against the recorded observation), or, with ``fallback="prompt"`` or when that is impossible, half
+4. When a task has no running path and fewer than ``n`` paths, the rest of the budget (or its
+   ``fallback_share``, in rounds) branches at the task's highest-entropy boundaries (TreeRL EPTree-style), or
+   with ``fallback="surprisal"`` before its least likely actions; the env is rebuilt by replaying the actions
+   and checked against the recorded observation. With ``fallback="prompt"`` or when that is impossible, half
    of it (at least one) restarts from the prompt (ARPO's refill).
 
 Envs with ``supports_fork = False`` branch only at the root: all ``n`` leaves are global samples.
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -73,13 +75,19 @@ class TreeSamplerConfig:
     """Seeds the branching draws (the policy has its own sampling generator)."""
     fallback: str = "entropy"
     """When a task's paths all ended under budget: "entropy" branches at its highest-dH boundaries (env
-    rebuilt by replay, EPTree-style); "prompt" restarts from the prompt (ARPO's refill)."""
+    rebuilt by replay, EPTree-style); "surprisal" at the boundaries before its least likely actions;
+    "prompt" restarts from the prompt (ARPO's refill)."""
+    fallback_share: float = 1.0
+    """Share of a finished task's remaining budget started per fallback round, at least one leaf: 1.0 starts
+    it all at the current tree's best boundaries; 0.5 starts half, then ranks again with the new paths."""
 
     def __post_init__(self) -> None:
         if self.num_leaves < 1:
             raise ValueError(f"num_leaves must be >= 1, got {self.num_leaves}")
-        if self.fallback not in ("entropy", "prompt"):
-            raise ValueError(f"fallback must be 'entropy' or 'prompt', got {self.fallback!r}")
+        if self.fallback not in ("entropy", "surprisal", "prompt"):
+            raise ValueError(f"fallback must be 'entropy', 'surprisal' or 'prompt', got {self.fallback!r}")
+        if not 0.0 < self.fallback_share <= 1.0:
+            raise ValueError(f"fallback_share must be in (0, 1], got {self.fallback_share}")
         if self.global_samples is not None and not 1 <= self.global_samples <= self.num_leaves:
             raise ValueError(f"global_samples must be in [1, num_leaves={self.num_leaves}], got {self.global_samples}")
 
@@ -222,7 +230,9 @@ class _Run:
             elif budget.globals_started < budget.target_globals:
                 count = budget.target_globals - budget.globals_started
             elif not running:
-                if self.config.fallback == "entropy" and self._start_fallbacks(i, n - budget.started):
+                remaining = n - budget.started
+                share = max(1, math.ceil(self.config.fallback_share * remaining))
+                if self.config.fallback != "prompt" and self._start_fallbacks(i, share):
                     continue
                 count = max(1, (n - budget.started) // 2)
             else:
@@ -236,7 +246,7 @@ class _Run:
         path's actions from ``reset`` and checked against the recorded observation; returns False (refill from
         the prompt instead) when there is no candidate or the replay does not reproduce the state.
         """
-        points = fallback_branch_points(self.trees[task_index], self.config.branch)
+        points = fallback_branch_points(self.trees[task_index], self.config.branch, self.config.fallback)
         if not points:
             return False
         for k in range(count):

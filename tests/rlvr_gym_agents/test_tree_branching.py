@@ -91,3 +91,24 @@ def test_fallback_branch_points_rank_boundaries_by_entropy_rise_minus_penalty() 
     assert [p.score for p in points] == pytest.approx([0.9, 0.5])
     assert all(p.initial_entropy == pytest.approx(1.0) for p in points)
     assert fallback_branch_points(RolloutTree(Task(id="t", env_id="testing/Echo-v0")), config) == []
+
+
+def test_surprisal_fallback_ranks_boundaries_by_the_least_likely_next_action() -> None:
+    from rlvr_gym_agents.tree import RolloutTree
+
+    from rlvr_gym import Task
+
+    # root 0 -> 1 -> 2 -> 4 (done); 1 -> 3 (done); 2 -> 5 (done); the logps of each node's turn:
+    tree = RolloutTree(Task(id="t", env_id="testing/Echo-v0"))
+    tree.add_node(-1)
+    turns = [(0, [-0.1, -0.2], False), (1, [-1.5, -0.5], False), (1, [-0.3, -0.1], True), (2, [-0.2, -0.2], True),
+             (2, [-3.0, -0.1], True)]
+    for parent, logps, done in turns:
+        tree.add_node(parent, logps=logps, entropies=[1.0, 1.0], done=done)
+    points = fallback_branch_points(tree, BranchConfig(consecutive_penalty=0.05), score="surprisal")
+    # node 1: children 2 (-log p = 2.0) and 3 (0.4) -> 2.0 - 2 x 0.05 = 1.9
+    # node 2: children 4 (0.4) and 5 (3.1) -> 3.1 - 2 x 0.05 = 3.0
+    assert [(p.node, p.first_child) for p in points] == [(2, 4), (1, 2)]
+    assert [p.score for p in points] == pytest.approx([3.0, 1.9])
+    with pytest.raises(ValueError, match="score must be one of"):
+        fallback_branch_points(tree, BranchConfig(), score="random")

@@ -226,6 +226,31 @@ def test_entropy_fallback_branches_at_internal_boundaries_with_replayed_state(to
             assert node.turn.observation == sibling.turn.observation
 
 
+def test_surprisal_fallback_in_rounds_branches_first_before_the_least_likely_action(tokenizer: Any) -> None:
+    """One global sample, no in-flight branching: the first fallback round (half the budget left) starts at
+    the boundary before the global path's least likely action; later rounds fill the budget to n leaves."""
+    for tree in _sample(tokenizer, NEVER, num_leaves=4, global_samples=1, fallback="surprisal", fallback_share=0.5):
+        assert len(tree.leaves()) == 4
+        branched = [n.index for n in tree.nodes if n.branched]
+        if not branched:  # the global path ended after one turn: no boundary to branch at, refilled from the prompt
+            continue
+        first = branched[0]
+        before = tree.nodes[:first]  # the tree when the first round chose its boundaries
+        surprisal = {
+            n.index: max(-sum(c.logps) for c in before if c.parent == n.index)
+            for n in before[1:]
+            if not n.done and any(c.parent == n.index for c in before)
+        }
+        assert tree.nodes[first].parent == max(surprisal, key=lambda k: (surprisal[k], k))
+
+
+def test_fallback_share_must_be_a_fraction() -> None:
+    with pytest.raises(ValueError, match="fallback_share"):
+        TreeSamplerConfig(fallback_share=0.0)
+    with pytest.raises(ValueError, match="fallback must be"):
+        TreeSamplerConfig(fallback="random")
+
+
 @pytest.mark.parametrize("pre_monitoring", [False, True])
 def test_context_overflow_still_gives_n_leaves(tokenizer: Any, pre_monitoring: bool) -> None:
     policy = _policy(tokenizer)
