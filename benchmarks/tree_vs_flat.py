@@ -4,7 +4,7 @@ Usage::
 
     .venv/bin/python benchmarks/tree_vs_flat.py [--model runs/quickstart-seed0/checkpoint] [--tasks 8]
         [--leaves 8] [--seeds 3] [--global-samples 1 2 4] [--alphas 0.5 0.2] [--suite textworld/starter-train]
-        [--max-new-tokens 10]
+        [--max-new-tokens 10] [--no-pre-monitoring] [--tree-set fallback=surprisal branch.alpha=0 ...]
 
 For each seed, the same tasks (``--suite``, default the quickstart's training suite) are rolled out
 ``--leaves`` times per task twice, in alternating order so a loaded machine slows both alike: flat
@@ -12,9 +12,12 @@ For each seed, the same tasks (``--suite``, default the quickstart's training su
 (:class:`rlvr_gym_agents.tree_sampler.TreeSampler`, entropy-balanced branching with ``m`` global samples per
 task, one line per ``--global-samples`` value, and AEPO pre-monitoring). Prints, per configuration: generated
 tokens per leaf, wall seconds per leaf, success rate per leaf, distinct successful action sequences per task,
-turns per leaf, and the tree/flat ratios (target: <= 0.6x tokens per leaf); for trees also the success rate of
-the leaves that continue a global sample and of the branched ones, and the mean depth (turns) of the branch
-points. Numbers only; no verdicts.
+turns per leaf, the share of tasks whose leaves do not all succeed or all fail ("mixed": the groups a
+success-reward update learns from) and that share per 1,000 generated tokens, and the tree/flat ratios
+(target: <= 0.6x tokens per leaf); for trees also the success rate of the leaves that continue a global sample
+and of the branched ones, and the mean depth (turns) of the branch points. ``--tree-set`` sets any
+:class:`TreeSamplerConfig` field for every tree variant (``branch.<field>`` for :class:`BranchConfig`).
+Numbers only; no verdicts.
 
 The model defaults to the quickstart's checkpoint when it exists (a policy with some skill: entropies that
 differ between turns), else the quickstart's randomly initialised tiny model is built in a temporary folder.
@@ -23,6 +26,7 @@ differ between turns), else the quickstart's randomly initialised tiny model is 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import tempfile
 import time
@@ -30,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import yaml
 from rlvr_gym_agents.chat import ChatFormat
 from rlvr_gym_agents.config import load_config
 from rlvr_gym_agents.console import Console
@@ -67,7 +72,34 @@ def flat_stats(trajectories: list[Trajectory], seconds: float) -> dict[str, floa
         "success": sum(t.success for t in trajectories) / leaves,
         "distinct_successful": sum(len(v) for v in wins.values()) / len({t.task_id for t in trajectories}),
         "turns_per_leaf": sum(len(t.turns) for t in trajectories) / leaves,
+        "mixed_tasks": mixed_share(trajectories),
     }
+
+
+def mixed_share(trajectories: list[Trajectory]) -> float:
+    """Share of tasks whose episodes do not all succeed or all fail: the groups that carry a gradient."""
+    outcomes: dict[str, set[bool]] = {}
+    for t in trajectories:
+        outcomes.setdefault(t.task_id, set()).add(bool(t.success))
+    return sum(len(v) == 2 for v in outcomes.values()) / max(1, len(outcomes))
+
+
+def tree_overrides(pairs: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` settings of :class:`TreeSamplerConfig` (``branch.KEY`` for :class:`BranchConfig`)."""
+    settings: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise SystemExit(f"--tree-set takes KEY=VALUE, got {pair!r}")
+        settings[key] = yaml.safe_load(value)
+    return settings
+
+
+def tree_config(leaves: int, settings: dict[str, Any], **fields: Any) -> TreeSamplerConfig:
+    branch = {k.removeprefix("branch."): v for k, v in settings.items() if k.startswith("branch.")}
+    fields["branch"] = BranchConfig(**{**dataclasses.asdict(fields.get("branch", BranchConfig())), **branch})
+    top = {k: v for k, v in settings.items() if not k.startswith("branch.")}
+    return TreeSamplerConfig(num_leaves=leaves, **{**fields, **top})
 
 
 def run_flat(
@@ -105,21 +137,24 @@ def main() -> None:
     parser.add_argument("--suite", default=None, help="task suite (default: the quickstart's env.train_suite)")
     parser.add_argument("--max-new-tokens", type=int, default=None, help="default: the quickstart's (10)")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--pre-monitoring", action=argparse.BooleanOptionalAction, default=True,
+                        help="also try AEPO pre-monitoring per alpha")
+    parser.add_argument("--tree-set", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="tree settings for every tree variant, e.g. fallback=surprisal branch.entropy_weight=0")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     recipe = load_config(RECIPE)
     suite = load_suite(args.suite or recipe.env.train_suite or "textworld/starter-train").tasks
     sampling = SamplingParams(temperature=1.0, max_new_tokens=args.max_new_tokens or recipe.rollout.max_new_tokens)
     variants: dict[str, TreeSamplerConfig | None] = {"flat": None}
+    settings = tree_overrides(args.tree_set)
     for alpha in args.alphas:
         branch = BranchConfig(alpha=alpha)
         for m in args.global_samples:
-            variants[f"tree a={alpha} m={m}"] = TreeSamplerConfig(
-                num_leaves=args.leaves, global_samples=m, branch=branch
-            )
-        variants[f"tree a={alpha} pre-mon"] = TreeSamplerConfig(
-            num_leaves=args.leaves, pre_monitoring=True, branch=branch
-        )
+            variants[f"tree a={alpha} m={m}"] = tree_config(args.leaves, settings, global_samples=m, branch=branch)
+        if args.pre_monitoring:
+            variants[f"tree a={alpha} pre-mon"] = tree_config(args.leaves, settings, pre_monitoring=True,
+                                                              branch=branch)
     results: dict[str, list[dict[str, float]]] = {name: [] for name in variants}
     for seed in range(args.seeds):
         policy, chat = load_policy(args.model, seed)
@@ -135,15 +170,16 @@ def main() -> None:
                 stats = run_tree(policy, chat, tasks, config, sampling)
             results[name].append(stats)
             print(f"seed {seed} {name:<24} " + " ".join(f"{k}={v:.3f}" for k, v in stats.items()), flush=True)
-    report(results)
+    report(results, args.leaves)
 
 
-def report(results: dict[str, list[dict[str, float]]]) -> None:
+def report(results: dict[str, list[dict[str, float]]], leaves: int) -> None:
     base = {k: statistics.mean(s[k] for s in results["flat"]) for k in results["flat"][0]}
     print("\nmeans over seeds (ratio = tree / flat)")
     header = (
         f"{'variant':<24} {'tokens/leaf':>12} {'ratio':>6} {'s/leaf':>8} {'ratio':>6} {'success':>8} "
-        f"{'distinct wins/task':>18} {'turns/leaf':>10} {'success global/branched':>24} {'branch depth':>12}"
+        f"{'distinct wins/task':>18} {'turns/leaf':>10} {'mixed tasks':>11} {'per 1k tok':>10} "
+        f"{'success global/branched':>24} {'branch depth':>12}"
     )
     print(header)
     for name, runs in results.items():
@@ -152,6 +188,7 @@ def report(results: dict[str, list[dict[str, float]]]) -> None:
             f"{name:<24} {mean['tokens_per_leaf']:>12.1f} {mean['tokens_per_leaf'] / base['tokens_per_leaf']:>6.2f} "
             f"{mean['seconds_per_leaf']:>8.3f} {mean['seconds_per_leaf'] / base['seconds_per_leaf']:>6.2f} "
             f"{mean['success']:>8.3f} {mean['distinct_successful']:>18.2f} {mean['turns_per_leaf']:>10.2f} "
+            f"{mean['mixed_tasks']:>11.3f} {1000 * mean['mixed_tasks'] / (leaves * mean['tokens_per_leaf']):>10.3f} "
             + (f"{mean['success_global']:>13.3f} / {mean['success_branched']:<8.3f} {mean['branch_depth']:>12.2f}"
                if "branch_depth" in mean else "")
         )

@@ -170,9 +170,12 @@ def run_variant(args: argparse.Namespace, seed: int, variant: str, warm: Path) -
 
 def effective_settings(config: dict[str, Any]) -> dict[str, Any]:
     """A saved run config without what cannot change an RL run from a given warm start: the ``sft`` section
-    (disabled here), the sizes of a tiny model that is loaded, not built, and ``output.dir`` (a run copied
-    from another ``--out``). A recipe edit there keeps runs reusable."""
+    (disabled here), the sizes of a tiny model that is loaded, not built, ``output.dir`` (a run copied
+    from another ``--out``) and a flat run's ``rollout.tree`` section. A recipe edit there, or a new tree
+    setting, keeps runs reusable."""
     kept = {key: value for key, value in config.items() if key != "sft"}
+    if config["rollout"].get("sampler") == "flat":
+        kept["rollout"] = {key: value for key, value in config["rollout"].items() if key != "tree"}
     kept["model"] = {key: value for key, value in config["model"].items()
                      if key not in ("hidden_size", "num_layers", "num_heads", "intermediate_size", "corpus_episodes")}
     kept["output"] = {key: value for key, value in config["output"].items() if key != "dir"}

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -11,16 +11,10 @@ from typing import Any
 import pytest
 from rlvr_gym_agents.config import load_config
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "tree_vs_flat_learning.py"
-
 
 @pytest.fixture(scope="module")
-def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("tree_vs_flat_learning", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def bench(load_benchmark: Callable[[str], ModuleType]) -> ModuleType:
+    return load_benchmark("tree_vs_flat_learning")
 
 
 def _point(step: int, tokens: float, sampled: float, greedy: float | None = None) -> dict[str, Any]:
@@ -115,3 +109,13 @@ def test_effective_settings_ignore_sft_tiny_sizes_and_run_dir_but_not_rl_setting
                                                                              "train.learning_rate=1e-3"]))))
     assert bench.effective_settings(a) == bench.effective_settings(b)
     assert bench.effective_settings(a) != bench.effective_settings(c)
+
+
+def test_effective_settings_ignore_tree_settings_of_flat_runs_only(bench: ModuleType) -> None:
+    def settings(*overrides: str) -> dict[str, Any]:
+        config = load_config(bench.FLAT_RECIPE, ["sft.enabled=false", *overrides])
+        return bench.effective_settings(json.loads(json.dumps(bench.to_dict(config))))
+
+    assert settings() == settings("rollout.tree.fallback_share=0.5")  # a flat run never reads them
+    tree = ("rollout.sampler=tree", "algorithm.credit=gigpo")
+    assert settings(*tree) != settings(*tree, "rollout.tree.fallback_share=0.5")
