@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 import yaml
+from rlvr_gym_agents.advantages import nonzero_variance_groups
 from rlvr_gym_agents.chat import ChatFormat
 from rlvr_gym_agents.config import load_config
 from rlvr_gym_agents.console import Console
@@ -77,11 +78,14 @@ def flat_stats(trajectories: list[Trajectory], seconds: float) -> dict[str, floa
 
 
 def mixed_share(trajectories: list[Trajectory]) -> float:
-    """Share of tasks whose episodes do not all succeed or all fail: the groups that carry a gradient."""
-    outcomes: dict[str, set[bool]] = {}
-    for t in trajectories:
-        outcomes.setdefault(t.task_id, set()).add(bool(t.success))
-    return sum(len(v) == 2 for v in outcomes.values()) / max(1, len(outcomes))
+    """Share of tasks whose episodes do not all succeed or all fail: the groups that carry a gradient (the
+    trainer's filter, :func:`~rlvr_gym_agents.advantages.nonzero_variance_groups`, on success)."""
+    if not trajectories:
+        return 0.0
+    task_index = {task: i for i, task in enumerate(dict.fromkeys(t.task_id for t in trajectories))}
+    groups = torch.tensor([task_index[t.task_id] for t in trajectories])
+    keep = nonzero_variance_groups(torch.tensor([float(t.success) for t in trajectories]), groups)
+    return len(set(groups[keep].tolist())) / len(task_index)
 
 
 def tree_overrides(pairs: list[str]) -> dict[str, Any]:

@@ -42,6 +42,7 @@ from rlvr_gym_agents.policy import Generation, Policy, SamplingParams, Transform
 from rlvr_gym_agents.rollout import Turn
 from rlvr_gym_agents.tree import RolloutTree, TreeRollout, tree_metrics
 from rlvr_gym_agents.tree_branching import (
+    FALLBACK_SCORES,
     BranchConfig,
     BranchState,
     fallback_branch_points,
@@ -84,7 +85,7 @@ class TreeSamplerConfig:
     def __post_init__(self) -> None:
         if self.num_leaves < 1:
             raise ValueError(f"num_leaves must be >= 1, got {self.num_leaves}")
-        if self.fallback not in ("entropy", "surprisal", "prompt"):
+        if self.fallback not in (*FALLBACK_SCORES, "prompt"):
             raise ValueError(f"fallback must be 'entropy', 'surprisal' or 'prompt', got {self.fallback!r}")
         if not 0.0 < self.fallback_share <= 1.0:
             raise ValueError(f"fallback_share must be in (0, 1], got {self.fallback_share}")
@@ -234,7 +235,7 @@ class _Run:
                 share = max(1, math.ceil(self.config.fallback_share * remaining))
                 if self.config.fallback != "prompt" and self._start_fallbacks(i, share):
                     continue
-                count = max(1, (n - budget.started) // 2)
+                count = max(1, remaining // 2)
             else:
                 count = 0
             for _ in range(min(count, n - budget.started)):
