@@ -121,6 +121,9 @@ class SFTConfig:
     """Stop when the running mean loss (nats/token) falls below this."""
     max_time_s: float = 240.0
     """Stop after this many seconds."""
+    ema_decay: float | None = None
+    """End the warm start with an exponential moving average of the weights over its steps (Polyak averaging), with
+    this decay per optimizer step in (0, 1), e.g. 0.99 (~100 steps); None keeps the last step's weights."""
 
 
 @dataclasses.dataclass
@@ -198,6 +201,11 @@ class TrainLoopConfig:
     """Gradient clipping (global L2 norm)."""
     max_time_s: float | None = None
     """Stop RL after this many seconds (None: no cap)."""
+    run_budget_s: float | None = None
+    """Wall-clock seconds for the whole run, counted from the start of ``train`` in this process (None: no budget).
+    RL stops after the step at which the time spent, plus one more step as long as the last, plus the final
+    evaluation as long as the one before RL, would pass it; with ``max_time_s`` the first cap to bind stops RL. So a
+    slower machine gets fewer RL steps, not a longer run."""
     checkpoint_every: int = 10
     """Save a checkpoint every N steps (0: only at the end)."""
     resume: bool = True

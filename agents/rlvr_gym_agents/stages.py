@@ -143,6 +143,7 @@ def warm_start(config: TrainConfig, model: Any, chat: ChatFormat, train_tasks: l
             model, examples, episodes_per_batch=sft.episodes_per_batch, learning_rate=sft.learning_rate,
             warmup_steps=sft.warmup_steps, max_steps=sft.max_steps, loss_threshold=sft.loss_threshold,
             max_time_s=sft.max_time_s, seed=config.seed, on_step=lambda step, loss: advance(loss=loss),
+            ema_decay=sft.ema_decay,
         )
     result["process_cpu_s"] = time.process_time()
     result["demo_success_rate"] = sum(d.success for d in demos) / max(1, len(demos))
@@ -162,9 +163,11 @@ def evaluate_both(config: TrainConfig, policy: Policy, chat: ChatFormat, tasks: 
 
     Returns:
         ``pass@1_sampled``, ``pass@{k}_sampled``, ``pass@1_greedy`` (None when off), ``mean_turns``,
-        ``num_tasks``, ``k`` and the full sampled/greedy metrics under ``sampled`` / ``greedy``.
+        ``num_tasks``, ``k``, ``elapsed_s`` (wall seconds) and the full sampled/greedy metrics under ``sampled`` /
+        ``greedy``.
     """
     k, max_new = config.eval.k, config.rollout.max_new_tokens
+    began = time.monotonic()
     with console.status(f"evaluating {label}: {len(tasks)} tasks x {k} samples + greedy"):
         sampled, _ = evaluate_policy(policy, chat, tasks, k, SamplingParams(config.eval.temperature, 1.0, max_new),
                                      env_factory=env_factory, max_turns=config.env.max_turns)
@@ -175,7 +178,8 @@ def evaluate_both(config: TrainConfig, policy: Policy, chat: ChatFormat, tasks: 
     result = {
         "pass@1_sampled": sampled["pass@1"], f"pass@{k}_sampled": sampled[f"pass@{k}"],
         "pass@1_greedy": greedy["pass@1"] if greedy else None, "mean_turns_sampled": sampled["mean_turns"],
-        "num_tasks": len(tasks), "k": k, "process_cpu_s": time.process_time(), "sampled": sampled, "greedy": greedy,
+        "num_tasks": len(tasks), "k": k, "process_cpu_s": time.process_time(), "elapsed_s": time.monotonic() - began,
+        "sampled": sampled, "greedy": greedy,
     }
     console.note(f"{label}: pass@1 sampled {result['pass@1_sampled']:.3f}, pass@{k} {result[f'pass@{k}_sampled']:.3f}"
                  + (f", greedy {result['pass@1_greedy']:.3f}" if greedy else ""))

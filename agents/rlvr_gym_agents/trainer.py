@@ -47,7 +47,7 @@ from rlvr_gym import Env, Task
 from rlvr_gym_agents.advantages import group_advantages, nonzero_variance_groups
 from rlvr_gym_agents.batching import pad_right
 from rlvr_gym_agents.chat import ChatFormat
-from rlvr_gym_agents.config import TrainConfig, to_dict
+from rlvr_gym_agents.config import TrainConfig, TrainLoopConfig, to_dict
 from rlvr_gym_agents.console import Console
 from rlvr_gym_agents.flat_credit import gigpo_token_advantages, rejected_turns
 from rlvr_gym_agents.policy import Policy, SamplingParams
@@ -139,12 +139,14 @@ def _train(config: TrainConfig, env_factory: Callable[..., Env]) -> dict[str, An
             logger.log({"phase": "eval", "step": step,
                         **_eval_scalars(evaluate_both(config, rollout_policy, chat, test_tasks, console, f"step {step}",
                                                       env_factory))})
-        out_of_time = config.train.max_time_s is not None and time.monotonic() - rl_began > config.train.max_time_s
+        now = time.monotonic()
+        stop = rl_stop_reason(config.train, now - began, now - rl_began, now - step_began,
+                              state["before"].get("elapsed_s", 0.0))
         periodic = config.train.checkpoint_every and step % config.train.checkpoint_every == 0
-        if out_of_time or periodic or step == config.train.num_steps:
+        if stop or periodic or step == config.train.num_steps:
             save_checkpoint(checkpoint_dir, model, policy.tokenizer, optimizer, step, policy.generator, state)
-        if out_of_time:
-            console.note(f"RL stopped by train.max_time_s={config.train.max_time_s} after step {step}")
+        if stop:
+            console.note(f"RL stopped by {stop} after step {step}")
             break
 
     state["after"] = evaluate_both(config, rollout_policy, chat, test_tasks, console, "after RL", env_factory)
@@ -158,6 +160,24 @@ def _train(config: TrainConfig, env_factory: Callable[..., Env]) -> dict[str, An
     console.side_by_side(state["before"], state["after"], run_dir)
     logger.close()
     return summary
+
+
+def rl_stop_reason(loop: TrainLoopConfig, run_s: float, rl_s: float, step_s: float, eval_s: float) -> str | None:
+    """Why RL stops after the current step (the cap that binds, for the log), or None to go on.
+
+    Args:
+        loop: ``max_time_s`` caps the RL loop; ``run_budget_s`` caps the whole run (see :class:`TrainLoopConfig`).
+        run_s: seconds since :func:`train` began.
+        rl_s: seconds since the RL loop began.
+        step_s: seconds the step just done took (the next one is expected to take as long).
+        eval_s: seconds the evaluation before RL took (the final one is expected to take as long).
+    """
+    if loop.max_time_s is not None and rl_s > loop.max_time_s:
+        return f"train.max_time_s={loop.max_time_s}"
+    if loop.run_budget_s is not None and run_s + step_s + eval_s > loop.run_budget_s:
+        return (f"train.run_budget_s={loop.run_budget_s} ({run_s:.0f} s spent, one more step ~{step_s:.0f} s, "
+                f"final evaluation ~{eval_s:.0f} s)")
+    return None
 
 
 @dataclasses.dataclass

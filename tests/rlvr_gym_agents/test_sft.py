@@ -142,6 +142,28 @@ def test_behaviour_cloning_records_the_loss_curve(tiny_model_dir: Path) -> None:
     assert result["steps"] == 7 and result["loss_curve"] == [round(seen[2], 4), round(seen[5], 4)]
 
 
+def test_behaviour_cloning_ends_with_the_moving_average_of_its_weights(tiny_model_dir: Path) -> None:
+    model, tokenizer = load_model_and_tokenizer(str(tiny_model_dir))
+    chat = ChatFormat(tokenizer)
+    examples = [demonstration_ids(demonstrate(t, gold_expert, 0.0, random.Random(0)), chat) for t in echo_tasks(8)]
+    after: list[list[torch.Tensor]] = []
+    behaviour_cloning(model, examples, episodes_per_batch=4, learning_rate=3e-3, warmup_steps=1, max_steps=3,
+                      loss_threshold=0.0, max_time_s=120, seed=0, ema_decay=0.5,
+                      on_step=lambda step, loss: after.append([p.detach().clone() for p in model.parameters()]))
+    w1, w2, w3 = after
+    # avg = w1, then 0.5 * w1 + 0.5 * w2, then 0.5 * (0.5 * w1 + 0.5 * w2) + 0.5 * w3
+    for final, a, b, c in zip(model.parameters(), w1, w2, w3, strict=True):
+        assert torch.allclose(final, 0.25 * a + 0.25 * b + 0.5 * c, atol=1e-6)
+    assert not all(torch.equal(final, c) for final, c in zip(model.parameters(), w3))  # not the last step's
+
+
+def test_behaviour_cloning_rejects_an_ema_decay_outside_0_1(tiny_model_dir: Path) -> None:
+    model, _ = load_model_and_tokenizer(str(tiny_model_dir))
+    with pytest.raises(ValueError, match="sft.ema_decay must be in"):
+        behaviour_cloning(model, [([1, 2], [0, 1])], episodes_per_batch=1, learning_rate=1e-3, warmup_steps=1,
+                          max_steps=1, loss_threshold=0.0, max_time_s=1, ema_decay=1.0)
+
+
 def test_demonstration_tasks_from_a_generator_are_fresh_training_worlds() -> None:
     from rlvr_gym_agents.config import load_config
     from rlvr_gym_agents.stages import demonstration_tasks

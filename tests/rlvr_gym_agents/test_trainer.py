@@ -8,11 +8,18 @@ from pathlib import Path
 import pytest
 import torch
 from rlvr_gym_agents.chat import ChatFormat
-from rlvr_gym_agents.config import ConfigError, load_config
+from rlvr_gym_agents.config import ConfigError, TrainLoopConfig, load_config
 from rlvr_gym_agents.policy import SamplingParams, TransformersPolicy
 from rlvr_gym_agents.rollout import Trajectory, Turn, run_episodes
 from rlvr_gym_agents.run_io import load_checkpoint, save_checkpoint
-from rlvr_gym_agents.trainer import Rollouts, collect_rollouts, generated_tokens, rollout_metrics, train
+from rlvr_gym_agents.trainer import (
+    Rollouts,
+    collect_rollouts,
+    generated_tokens,
+    rl_stop_reason,
+    rollout_metrics,
+    train,
+)
 from rlvr_gym_agents.tree_sampler import TreeSampler
 from rlvr_gym_agents.update import ppo_update
 
@@ -105,6 +112,27 @@ def test_a_resumed_run_ends_in_the_same_state_as_an_uninterrupted_one(tiny_model
     text = "go to shelf 1"
     assert warm(text)["input_ids"] == init(text)["input_ids"]  # the same tokenizer class and vocabulary
     assert set(straight) == set(resumed) >= {"before", "after"}
+
+
+def test_rl_stops_at_the_first_cap_to_bind_hand_computed() -> None:
+    rl_only, run = TrainLoopConfig(max_time_s=420.0), TrainLoopConfig(run_budget_s=850.0)
+    assert rl_stop_reason(rl_only, 10_000.0, 419.0, 4.0, 40.0) is None
+    assert rl_stop_reason(rl_only, 500.0, 421.0, 4.0, 40.0) == "train.max_time_s=420.0"
+    assert rl_stop_reason(run, 806.0, 999.0, 4.0, 40.0) is None  # 806 + 4 + 40 = 850, not past the budget
+    reason = rl_stop_reason(run, 807.0, 10.0, 4.0, 40.0)  # 851 > 850
+    assert reason is not None and reason.startswith("train.run_budget_s=850.0 (807 s spent")
+    both = TrainLoopConfig(max_time_s=420.0, run_budget_s=850.0)
+    assert rl_stop_reason(both, 900.0, 421.0, 4.0, 40.0) == "train.max_time_s=420.0"
+    assert rl_stop_reason(both, 900.0, 400.0, 4.0, 40.0).startswith("train.run_budget_s")  # type: ignore[union-attr]
+
+
+def test_a_run_budget_ends_rl_early_and_still_evaluates_after(tiny_model_dir: Path, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    summary = train(load_config(None, [*_echo_config(tiny_model_dir, tmp_path, "budget", 5), "train.run_budget_s=0.01"]))
+    assert "RL stopped by train.run_budget_s=0.01 (" in capsys.readouterr().err
+    records = [json.loads(line) for line in (tmp_path / "budget" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if r["phase"] == "rl"] == [1]
+    assert summary["after"]["num_tasks"] == 4 and summary["before"]["elapsed_s"] > 0
 
 
 def test_rollout_metrics_hand_computed(tiny_policy: TransformersPolicy) -> None:
