@@ -269,6 +269,8 @@ class TrainConfig:
         if not (0.0 <= sft.mistake_rate and 0.0 <= sft.invalid_rate and sft.mistake_rate + sft.invalid_rate < 1.0):
             raise ConfigError(f"sft.mistake_rate and sft.invalid_rate must be >= 0 with a sum below 1, got "
                               f"{sft.mistake_rate} and {sft.invalid_rate}")
+        if sft.ema_decay is not None and not 0.0 < sft.ema_decay < 1.0:
+            raise ConfigError(f"sft.ema_decay must be in (0, 1) or null, got {sft.ema_decay}")
         if sft.invalid_rate > 0 and sft.invalid_actions is None:
             raise ConfigError(f"sft.invalid_rate={sft.invalid_rate} needs sft.invalid_actions, the function that lists "
                               "the actions the env rejects, e.g. rlvr_gym_textworld:impossible_actions")

@@ -282,17 +282,10 @@ def behaviour_cloning(model: torch.nn.Module, examples: Sequence[tuple[list[int]
             stopped_by = "max_time_s"
             break
     if average is not None:
-        _load_weights(model, average.module)
+        model.load_state_dict(average.module.state_dict())
     elapsed = time.monotonic() - start
     return {"steps": step, "loss": ema, "elapsed_s": elapsed, "tokens_per_s": tokens / max(elapsed, 1e-9),
             "stopped_by": stopped_by, "loss_curve": curve, "time_schedule_from_step": time_schedule_from}
-
-
-def _load_weights(model: torch.nn.Module, source: torch.nn.Module) -> None:
-    """Copies ``source``'s parameters (same architecture) into ``model`` in place."""
-    with torch.no_grad():
-        for target, value in zip(model.parameters(), source.parameters(), strict=True):
-            target.copy_(value)
 
 
 def _optimizer_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, ids: torch.Tensor,
