@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
+
+import psutil
 
 from rlvr_gym_agents.config import ConfigError, load_config
 from rlvr_gym_agents.policy_eval import PolicyAgent
@@ -30,8 +33,14 @@ def train_main(argv: list[str]) -> int:
         return 2
     from rlvr_gym_agents.trainer import train
 
-    train(config)
+    train(config, started=process_start())
     return 0
+
+
+def process_start() -> float:
+    """The ``time.monotonic()`` reading at which this process started (its creation time from ``psutil``), so
+    that a run's budget counts the interpreter's start and the imports."""
+    return time.monotonic() - (time.time() - psutil.Process().create_time())
 
 
 def load_agent(spec: str, **sampling: object) -> PolicyAgent:

@@ -202,7 +202,8 @@ class TrainLoopConfig:
     max_time_s: float | None = None
     """Stop RL after this many seconds (None: no cap)."""
     run_budget_s: float | None = None
-    """Wall-clock seconds for the whole run, counted from the start of ``train`` in this process (None: no budget).
+    """Wall-clock seconds for the whole run (None: no budget), counted from the start of the process under
+    ``rlvr-gym train`` (imports included), from the call otherwise (:func:`~rlvr_gym_agents.trainer.train`).
     RL stops after the step at which the time spent, plus one more step as long as the last, plus the final
     evaluation as long as the one before RL, would pass it; with ``max_time_s`` the first cap to bind stops RL. So a
     slower machine gets fewer RL steps, not a longer run."""

@@ -64,21 +64,26 @@ from rlvr_gym_agents.tree_sampler import TreeSampler
 from rlvr_gym_agents.update import ppo_update
 
 
-def train(config: TrainConfig) -> dict[str, Any]:
+def train(config: TrainConfig, started: float | None = None) -> dict[str, Any]:
     """Runs a whole recipe: build/load the policy, SFT warm start, evaluate, GRPO, evaluate, plot.
 
     Envs of rollouts and evaluations run in-process, or in ``env.num_workers`` Ray workers (closed at the end).
+
+    Args:
+        config: the recipe.
+        started: the ``time.monotonic()`` reading at which the run began, from which ``train.run_budget_s`` and the
+            summary's ``elapsed_s`` count (default: now). ``rlvr-gym train`` passes its process's start, so the
+            budget covers the imports too (~3 s warm; 58 s on a cold first start on 2026-12-02).
 
     Returns:
         ``{"before": metrics, "after": metrics, "run_dir": str, "elapsed_s": float}``.
     """
     with env_factory_of(config) as env_factory:
-        return _train(config, env_factory)
+        return _train(config, env_factory, time.monotonic() if started is None else started)
 
 
-def _train(config: TrainConfig, env_factory: Callable[..., Env]) -> dict[str, Any]:
-    """:func:`train` with envs from ``env_factory``."""
-    began = time.monotonic()
+def _train(config: TrainConfig, env_factory: Callable[..., Env], began: float) -> dict[str, Any]:
+    """:func:`train` with envs from ``env_factory``, counting time from ``began`` (``time.monotonic()``)."""
     run_dir = Path(config.output.dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.json").write_text(json.dumps(to_dict(config), indent=2) + "\n", encoding="utf-8")
@@ -167,7 +172,7 @@ def rl_stop_reason(loop: TrainLoopConfig, run_s: float, rl_s: float, step_s: flo
 
     Args:
         loop: ``max_time_s`` caps the RL loop; ``run_budget_s`` caps the whole run (see :class:`TrainLoopConfig`).
-        run_s: seconds since :func:`train` began.
+        run_s: seconds since the run began (:func:`train`'s ``started``).
         rl_s: seconds since the RL loop began.
         step_s: seconds the step just done took (the next one is expected to take as long).
         eval_s: seconds the evaluation before RL took (the final one is expected to take as long).

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
 import torch
 from rlvr_gym_agents.chat import ChatFormat
+from rlvr_gym_agents.cli import process_start
 from rlvr_gym_agents.config import ConfigError, TrainLoopConfig, load_config
 from rlvr_gym_agents.policy import SamplingParams, TransformersPolicy
 from rlvr_gym_agents.rollout import Trajectory, Turn, run_episodes
@@ -26,6 +28,8 @@ from rlvr_gym_agents.update import ppo_update
 from rlvr_gym import TaskSuite
 from rlvr_gym.failures import Failure, FailureKind
 from rlvr_gym.testing.toy import echo_tasks
+
+_IMPORTED = time.monotonic()  # when pytest imported this module
 
 
 def _weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -133,6 +137,21 @@ def test_a_run_budget_ends_rl_early_and_still_evaluates_after(tiny_model_dir: Pa
     records = [json.loads(line) for line in (tmp_path / "budget" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if r["phase"] == "rl"] == [1]
     assert summary["after"]["num_tasks"] == 4 and summary["before"]["elapsed_s"] > 0
+
+
+def test_the_run_budget_counts_from_when_the_run_started(tiny_model_dir: Path, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    # started 1,000 s ago (as a process whose imports took that long): the 1,000 s budget is spent after step 1
+    config = load_config(None, [*_echo_config(tiny_model_dir, tmp_path, "late", 5), "train.run_budget_s=1000"])
+    summary = train(config, started=time.monotonic() - 1000.0)
+    assert "RL stopped by train.run_budget_s=1000.0 (100" in capsys.readouterr().err
+    records = [json.loads(line) for line in (tmp_path / "late" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if r["phase"] == "rl"] == [1]
+    assert summary["elapsed_s"] >= 1000.0
+
+
+def test_process_start_is_before_this_test_module_was_imported() -> None:
+    assert process_start() <= _IMPORTED < process_start() + 3600.0
 
 
 def test_rollout_metrics_hand_computed(tiny_policy: TransformersPolicy) -> None:
