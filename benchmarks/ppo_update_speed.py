@@ -8,7 +8,8 @@ Usage::
 Runs ``--episodes`` sampled text-world episodes (the quickstart's batch: 32 starter tasks x 4) with the policy
 in ``--model`` (default: a random-init tiny policy, whose episodes run to the turn limit), then times
 ``update.ppo_update`` on that batch from the same weights, alternating the baseline (``micro_batch_tokens:
-null``, one forward/backward padded to the longest trajectory) with each token budget. Prints real (unpadded)
+null``, one forward/backward of all continuations padded to the longest; since 2026-12-02 both run each
+distinct prompt once, see ``shared_prompt_speed.py``) with each token budget. Prints real (unpadded)
 training tokens per second, the ratio to the baseline, and the largest weight difference after the step
 (the two must give the same update up to float rounding).
 """
@@ -32,7 +33,8 @@ from rlvr_gym_agents.update import ppo_update
 from rlvr_gym import load_suite
 
 
-def _policy(model_dir: str | None, seed: int) -> tuple[TransformersPolicy, ChatFormat]:
+def policy_for_benchmark(model_dir: str | None, seed: int) -> tuple[TransformersPolicy, ChatFormat]:
+    """The policy in ``model_dir``, or a tiny one with an oracle-demonstration tokenizer and random weights."""
     if model_dir is None:
         model_dir = tempfile.mkdtemp(prefix="ppo_update_speed_")
         config = load_config(None, ["sft.expert=oracle"])
@@ -65,7 +67,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    policy, chat = _policy(args.model, args.seed)
+    policy, chat = policy_for_benchmark(args.model, args.seed)
     tasks = [task for task in load_suite("textworld/starter-train")][: args.episodes // 4] * 4
     trajectories = run_episodes(policy, chat, tasks, SamplingParams(1.0, 1.0, 10))
     advantages = torch.randn(len(trajectories), generator=torch.Generator().manual_seed(args.seed))

@@ -12,9 +12,9 @@ dropping zero-variance groups):
    TreeRL / ARPO-hard / TreePO / GiGPO segment credit); both in :func:`collect_rollouts`;
 3. optionally drop groups whose rewards are all equal (zero advantage);
 4. ``epochs`` x ``num_minibatches`` optimizer steps of the policy loss (``losses.policy_loss``: PPO-clip
-   with clip-higher, token-mean aggregation, optional KL to the reference model), gradients accumulated
-   over length-sorted micro-batches of at most ``algorithm.micro_batch_tokens`` padded tokens, then clipped
-   (:func:`rlvr_gym_agents.update.ppo_update`);
+   with clip-higher, token-mean aggregation, optional KL to the reference model), each distinct prompt run
+   once and gradients accumulated over length-sorted micro-batches of at most ``algorithm.micro_batch_tokens``
+   padded continuation tokens, then clipped (:func:`rlvr_gym_agents.update.ppo_update`);
 5. log metrics (JSONL, TensorBoard), evaluate every ``eval.every_steps``, checkpoint every
    ``train.checkpoint_every`` (model, optimizer, step, RNG); resume from the last checkpoint.
 

@@ -1,9 +1,11 @@
 """The policy update of the GRPO-family trainer: clipped policy-gradient steps on a batch of trajectories.
 
 :func:`ppo_update` turns a batch of trajectories and their advantages into ``epochs`` x ``num_minibatches``
-optimizer steps of :func:`rlvr_gym_agents.losses.policy_loss`. Each mini-batch is cut into length-sorted
-micro-batches of at most ``algorithm.micro_batch_tokens`` padded tokens whose gradients are accumulated; the
-counts and entropy statistics every loss term divides by come from the whole mini-batch
+optimizer steps of :func:`rlvr_gym_agents.losses.policy_loss`. Each mini-batch runs its distinct prompts once
+(:class:`~rlvr_gym_agents.shared_prompt.SharedPromptScorer`; a GRPO group's episodes share one) and cuts the
+continuations into length-sorted micro-batches of at most ``algorithm.micro_batch_tokens`` padded tokens
+whose gradients are accumulated; the counts and entropy statistics every loss term divides by come from the
+whole mini-batch
 (:func:`~rlvr_gym_agents.losses.batch_stats`), so the step does not depend on the split
 (``shared/reference/algorithms.md`` §5.8).
 """
@@ -17,10 +19,11 @@ import numpy as np
 import torch
 
 from rlvr_gym_agents.advantages import broadcast_to_tokens
-from rlvr_gym_agents.batching import length_micro_batches, pad_right, token_logprobs
+from rlvr_gym_agents.batching import pad_right
 from rlvr_gym_agents.config import TrainConfig
 from rlvr_gym_agents.losses import BatchStats, LossConfig, batch_stats, policy_loss
 from rlvr_gym_agents.rollout import Trajectory
+from rlvr_gym_agents.shared_prompt import SharedPromptScorer
 
 
 def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, trajectories: list[Trajectory],
@@ -28,8 +31,9 @@ def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, traject
                pad_token_id: int) -> dict[str, float]:
     """``epochs`` x ``num_minibatches`` clipped policy-gradient steps on a batch of trajectories.
 
-    Each mini-batch is split into length-sorted micro-batches of at most ``algorithm.micro_batch_tokens`` padded
-    tokens (:func:`~rlvr_gym_agents.batching.length_micro_batches`); their gradients are accumulated into one
+    Each mini-batch's distinct prompts run once (``SharedPromptScorer``); its continuations are split into
+    length-sorted micro-batches of at most ``algorithm.micro_batch_tokens`` padded tokens
+    (:func:`~rlvr_gym_agents.batching.length_micro_batches`); their gradients are accumulated into one
     optimizer step. Every micro-batch's loss is a summand of the mini-batch loss (counts and entropy statistics
     from the whole mini-batch, ``losses.batch_stats``), so the step does not depend on the split.
 
@@ -80,21 +84,23 @@ def _accumulate_gradients(model: torch.nn.Module, batch: _UpdateBatch, rows: tor
     """
     needs_entropy = (loss_config.entropy_coef > 0 or loss_config.entropy_advantage_weight > 0
                      or loss_config.top_entropy_quantile < 1.0)
-    micros = length_micro_batches(batch.lengths, rows, max_tokens)
+    scorer = batch.scorer(model, rows, temperature)
+    micros = scorer.micro_batches(rows, max_tokens)
     stats = _minibatch_stats(model, batch, rows, loss_config, max_tokens, temperature) if len(micros) > 1 else None
     parts = []
     for micro in micros:
         width = max(batch.lengths[r] for r in micro.tolist())
-        logp, entropy = token_logprobs(model, batch.ids[micro, :width], batch.attention[micro, :width], temperature,
-                                       with_entropy=needs_entropy)
+        logp, entropy = scorer.logprobs(model, micro, with_entropy=needs_entropy)
         loss, metrics = policy_loss(
             logp, batch.old_logp[micro, :width], batch.token_adv[micro, :width], batch.mask[micro, :width],
             loss_config, entropy=entropy, stats=stats,
             ref_logp=batch.ref_logp[micro, :width] if batch.ref_logp is not None else None,
         )
-        loss.backward()
+        if loss.requires_grad:  # a micro-batch of prompt-only rows has nothing to differentiate
+            loss.backward()
         metrics["loss"] = float(loss.detach())
         parts.append((metrics, float(batch.mask[micro].sum())))
+    scorer.backward()
     return _combine_micro_metrics(parts)
 
 
@@ -108,6 +114,8 @@ class _UpdateBatch:
     old_logp: torch.Tensor
     token_adv: torch.Tensor
     lengths: list[int]
+    prompt_lengths: list[int]
+    pad_token_id: int
     ref_logp: torch.Tensor | None = None
 
     @classmethod
@@ -117,7 +125,13 @@ class _UpdateBatch:
         return cls(ids=pad_right([t.token_ids for t in trajectories], pad_token_id, torch.long),
                    attention=pad_right([[1] * len(t.token_ids) for t in trajectories], 0, torch.long),
                    mask=mask, old_logp=pad_right([t.logps for t in trajectories], 0.0, torch.float32),
-                   token_adv=broadcast_to_tokens(adv, mask), lengths=[len(t.token_ids) for t in trajectories])
+                   token_adv=broadcast_to_tokens(adv, mask), lengths=[len(t.token_ids) for t in trajectories],
+                   prompt_lengths=[t.prompt_length for t in trajectories], pad_token_id=pad_token_id)
+
+    def scorer(self, model: torch.nn.Module, rows: torch.Tensor, temperature: float) -> SharedPromptScorer:
+        """Runs the distinct prompts of ``rows`` once (with autograd when enabled) to score their continuations."""
+        return SharedPromptScorer(model, self.ids, self.lengths, self.prompt_lengths, rows, temperature,
+                                  self.pad_token_id)
 
 
 def _score(model: torch.nn.Module, batch: _UpdateBatch, rows: torch.Tensor, max_tokens: int | None,
@@ -126,11 +140,11 @@ def _score(model: torch.nn.Module, batch: _UpdateBatch, rows: torch.Tensor, max_
     logp = torch.zeros(len(rows), batch.ids.shape[1])
     entropy = torch.zeros_like(logp) if with_entropy else None
     where = {row: i for i, row in enumerate(rows.tolist())}
-    for micro in length_micro_batches(batch.lengths, rows, max_tokens):
+    scorer = batch.scorer(model, rows, temperature)
+    for micro in scorer.micro_batches(rows, max_tokens):
         width = max(batch.lengths[r] for r in micro.tolist())
         out = [where[r] for r in micro.tolist()]
-        micro_logp, micro_entropy = token_logprobs(model, batch.ids[micro, :width], batch.attention[micro, :width],
-                                                   temperature, with_entropy=with_entropy)
+        micro_logp, micro_entropy = scorer.logprobs(model, micro, with_entropy=with_entropy)
         logp[out, :width] = micro_logp
         if entropy is not None and micro_entropy is not None:
             entropy[out, :width] = micro_entropy

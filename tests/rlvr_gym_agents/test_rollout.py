@@ -47,10 +47,12 @@ def test_ids_trained_on_are_the_generated_ids_plus_observation_ids(tiny_policy: 
 
 
 def test_rollouts_with_and_without_kv_cache_are_identical(tiny_model_dir: Any) -> None:
+    """Groups of 2 episodes per task: with the cache, each group's prompt is prefilled once and copied."""
     results = []
     for reuse in (True, False):
         policy = TransformersPolicy.from_pretrained(str(tiny_model_dir), seed=3)
-        trajectories = run_episodes(policy, ChatFormat(policy.tokenizer), echo_tasks(16),
+        groups = [task for task in echo_tasks(8) for _ in range(2)]
+        trajectories = run_episodes(policy, ChatFormat(policy.tokenizer), groups,
                                     SamplingParams(max_new_tokens=4), reuse_kv_cache=reuse,
                                     env_factory=lambda env_id, **kw: _LongEcho(**kw))
         results.append([(t.token_ids, t.reward) for t in trajectories])

@@ -1,0 +1,143 @@
+"""Scoring a batch whose rows share prompts: each distinct prompt runs through the model once.
+
+A GRPO group is ``group_size`` episodes of one task, so its rows start with the same prompt ids (the
+quickstart: ~110 of ~300 ids per episode, 8 episodes per prompt). :class:`SharedPromptScorer` runs the
+distinct prompts once, keeps their keys/values as detached leaves, and scores every row's continuation
+(turns and observations) against its prompt's keys/values, micro-batch by micro-batch. Gradients that reach
+the leaves are accumulated over the micro-batches and sent through the prompt pass once, by
+:meth:`SharedPromptScorer.backward`. Log-probs and gradients equal those of running every row whole
+(``batching.token_logprobs``), up to float rounding; the prompt tokens cost 1/group_size as much.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from transformers import DynamicCache
+
+from rlvr_gym_agents.batching import length_micro_batches
+from rlvr_gym_agents.kv_cache import cache_kwarg, returned_cache
+
+
+class SharedPromptScorer:
+    """Log-probs of right-padded rows whose first ``prompt_lengths[r]`` ids are a prompt other rows may share.
+
+    Args:
+        model: a causal LM (transformers); the prompt pass runs here, with autograd when it is enabled.
+        ids: (B, T) long, right-padded token ids of the whole batch.
+        lengths: B real lengths.
+        prompt_lengths: B prompt lengths; a row's prompt is at least its first id (column 0 is never scored)
+            and at most the whole row.
+        rows: the rows to score (a mini-batch), indices into ``ids``.
+        temperature: logits are divided by it (0 or 1 leave them unchanged), as in the sampler.
+        pad_token_id: fills the left padding of the prompts.
+    """
+
+    def __init__(self, model: torch.nn.Module, ids: torch.Tensor, lengths: Sequence[int],
+                 prompt_lengths: Sequence[int], rows: torch.Tensor, temperature: float, pad_token_id: int) -> None:
+        self.ids, self.lengths, self.temperature = ids, list(lengths), temperature
+        self.prompt_lengths = [min(max(p, 1), n) for p, n in zip(prompt_lengths, self.lengths)]
+        distinct: dict[tuple[int, ...], int] = {}
+        self.prompt_of: dict[int, int] = {}
+        for row in rows.tolist():
+            key = tuple(ids[row, : self.prompt_lengths[row]].tolist())
+            self.prompt_of[row] = distinct.setdefault(key, len(distinct))
+        self.prompt_mask, prompt_kv, last_logits = _run_prompts(model, list(distinct), pad_token_id)
+        self._outputs = [*prompt_kv, last_logits]  # keys and values of every layer, then the last logits
+        grad = torch.is_grad_enabled()
+        self._leaves = [t.detach().requires_grad_(grad) for t in self._outputs]
+
+    def micro_batches(self, rows: torch.Tensor, max_tokens: int | None) -> list[torch.Tensor]:
+        """``rows`` in micro-batches of at most ``max_tokens`` padded continuation ids, shortest first."""
+        return length_micro_batches(self.suffix_lengths(), rows, max_tokens)
+
+    def suffix_lengths(self) -> list[int]:
+        """B lengths of the continuations (ids after each row's prompt)."""
+        return [n - p for n, p in zip(self.lengths, self.prompt_lengths)]
+
+    def logprobs(self, model: torch.nn.Module, micro: torch.Tensor,
+                 with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Log-probs (and entropies, nats) of the rows ``micro``, laid out like ``ids[micro, :width]``.
+
+        Returns:
+            ``(logp, entropy)``: (b, width) tensors, width = the longest row of ``micro``; position t scores
+            ``ids[r, t]`` from the ids before it. Prompt positions and padding are 0 (the sampler never
+            generated them); ``entropy`` is None unless asked for.
+        """
+        rows = micro.tolist()
+        width = max(self.lengths[r] for r in rows)
+        starts = torch.tensor([self.prompt_lengths[r] for r in rows])
+        suffix = max(self.lengths[r] - self.prompt_lengths[r] for r in rows)
+        prompts = torch.tensor([self.prompt_of[r] for r in rows])
+        logits = self._leaves[-1][prompts, None]  # each row's first continuation id, from its prompt's end
+        if suffix > 1:
+            logits = torch.cat([logits, self._continuation_logits(model, rows, prompts, starts, suffix)], dim=1)
+        if self.temperature not in (0.0, 1.0):
+            logits = logits / self.temperature
+        logprobs = F.log_softmax(logits.float(), dim=-1)
+        taken = _suffix_ids(self.ids, rows, starts, logits.shape[1])
+        logp = _to_row_layout(logprobs.gather(2, taken[:, :, None]).squeeze(2), starts, self._suffix(rows), width)
+        if not with_entropy:
+            return logp, None
+        entropy = -(logprobs.exp() * logprobs).sum(dim=-1)
+        return logp, _to_row_layout(entropy, starts, self._suffix(rows), width)
+
+    def backward(self) -> None:
+        """Sends the gradients the micro-batches left on the prompt keys/values through the prompt pass."""
+        pairs = [(out, leaf.grad) for out, leaf in zip(self._outputs, self._leaves) if leaf.grad is not None]
+        if pairs:
+            torch.autograd.backward([out for out, _ in pairs], [grad for _, grad in pairs])
+
+    def _suffix(self, rows: list[int]) -> torch.Tensor:
+        return torch.tensor([self.lengths[r] - self.prompt_lengths[r] for r in rows])
+
+    def _continuation_logits(self, model: torch.nn.Module, rows: list[int], prompts: torch.Tensor,
+                             starts: torch.Tensor, suffix: int) -> torch.Tensor:
+        """(b, suffix - 1, V) logits of continuation positions 0..suffix-2 (each scores the next id)."""
+        cache = DynamicCache()
+        for index in range(len(self._leaves) // 2):
+            cache.update(self._leaves[2 * index][prompts], self._leaves[2 * index + 1][prompts], index)
+        ids = _suffix_ids(self.ids, rows, starts, suffix)[:, :-1]
+        real = torch.arange(suffix - 1)[None] < self._suffix(rows)[:, None]
+        mask = torch.cat([self.prompt_mask[prompts], real.long()], dim=1)
+        positions = starts[:, None] + torch.arange(suffix - 1)[None]
+        out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                    **{cache_kwarg(model): cache})
+        return out.logits
+
+
+def _run_prompts(model: torch.nn.Module, prompts: list[tuple[int, ...]],
+                 pad_token_id: int) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
+    """Runs left-padded prompts; returns their (U, P) mask, the (U, heads, P, head_dim) keys and values of every
+    layer (k0, v0, k1, v1, ...) and the (U, V) logits of their last position."""
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_token_id, dtype=torch.long)
+    mask = torch.zeros(len(prompts), width, dtype=torch.long)
+    for index, prompt in enumerate(prompts):
+        ids[index, width - len(prompt):] = torch.tensor(prompt)
+        mask[index, width - len(prompt):] = 1
+    positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
+    cache = DynamicCache()
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1,
+                **{cache_kwarg(model): cache})
+    prompt_kv: list[torch.Tensor] = []
+    for layer in returned_cache(out, cache).layers:
+        prompt_kv += [layer.keys, layer.values]
+    return mask, prompt_kv, out.logits[:, -1]
+
+
+def _suffix_ids(ids: torch.Tensor, rows: list[int], starts: torch.Tensor, width: int) -> torch.Tensor:
+    """(b, width) ids from each row's prompt end on; columns past the batch's last repeat it (outside every
+    row: masked out by the callers)."""
+    columns = (starts[:, None] + torch.arange(width)[None]).clamp(max=ids.shape[1] - 1)
+    return ids[torch.tensor(rows)[:, None], columns]
+
+
+def _to_row_layout(values: torch.Tensor, starts: torch.Tensor, suffix: torch.Tensor, width: int) -> torch.Tensor:
+    """Moves (b, S) continuation values to (b, width) row positions starts + j; other positions are 0."""
+    offset = torch.arange(width)[None] - starts[:, None]
+    inside = (offset >= 0) & (offset < suffix[:, None])
+    taken = values.gather(1, offset.clamp(min=0, max=values.shape[1] - 1))
+    return torch.where(inside, taken, torch.zeros_like(taken))

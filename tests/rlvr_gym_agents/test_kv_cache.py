@@ -1,0 +1,84 @@
+"""GrowableLayer / GrowableCache: in-place appends with spare slots, behaving like transformers' DynamicLayer."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from rlvr_gym_agents.kv_cache import MIN_CAPACITY, GrowableCache, GrowableLayer
+from rlvr_gym_agents.policy import SamplingParams, TransformersPolicy
+
+
+def _slots(n: int, fill: float) -> torch.Tensor:
+    return torch.full((2, 3, n, 4), fill) + torch.arange(n, dtype=torch.float32)[None, None, :, None]
+
+
+def test_updates_append_in_place_until_the_buffer_doubles() -> None:
+    layer = GrowableLayer()
+    assert layer.keys is None and layer.get_seq_length() == 0
+    keys, values = layer.update(_slots(5, 0.0), _slots(5, 100.0))
+    assert keys.shape == (2, 3, 5, 4) and layer.get_seq_length() == 5
+    buffer = layer._key_buffer
+    assert buffer is not None and buffer.shape[2] == MIN_CAPACITY
+    parts_k, parts_v = [_slots(5, 0.0)], [_slots(5, 100.0)]
+    for step in range(MIN_CAPACITY - 5):  # one slot per decoding step: no reallocation until the 65th slot
+        parts_k.append(_slots(1, float(step)))
+        parts_v.append(_slots(1, -float(step)))
+        keys, values = layer.update(parts_k[-1], parts_v[-1])
+    assert layer._key_buffer is buffer
+    keys, values = layer.update(_slots(1, 7.0), _slots(1, 8.0))
+    parts_k.append(_slots(1, 7.0))
+    parts_v.append(_slots(1, 8.0))
+    assert layer._key_buffer is not buffer and layer._key_buffer.shape[2] == 2 * MIN_CAPACITY
+    assert torch.equal(keys, torch.cat(parts_k, dim=2)) and torch.equal(values, torch.cat(parts_v, dim=2))
+    assert layer.get_seq_length() == MIN_CAPACITY + 1
+
+
+def test_assigned_tensors_become_the_buffer_and_later_updates_append_to_them() -> None:
+    layer = GrowableLayer()
+    layer.update(_slots(4, 0.0), _slots(4, 1.0))
+    layer.keys, layer.values = layer.keys[..., :2, :], layer.values[..., :2, :]  # a rewind, as tree_kv does
+    assert layer.get_seq_length() == 2
+    keys, values = layer.update(_slots(3, 9.0), _slots(3, 10.0))
+    assert torch.equal(keys, torch.cat([_slots(4, 0.0)[..., :2, :], _slots(3, 9.0)], dim=2))
+    assert torch.equal(values, torch.cat([_slots(4, 1.0)[..., :2, :], _slots(3, 10.0)], dim=2))
+    layer.batch_select_indices(torch.tensor([1, 1, 0]))
+    assert layer.keys.shape == (3, 3, 5, 4) and torch.equal(layer.keys[2], keys[0])
+
+
+def test_a_shallow_copy_never_sees_the_other_layers_later_slots() -> None:
+    layer = GrowableLayer()
+    layer.update(_slots(3, 0.0), _slots(3, 0.0))
+    twin = copy.copy(layer)
+    layer.update(_slots(1, 5.0), _slots(1, 5.0))
+    twin.update(_slots(1, -5.0), _slots(1, -5.0))
+    assert torch.equal(layer.keys[..., 3:, :], _slots(1, 5.0))
+    assert torch.equal(twin.keys[..., 3:, :], _slots(1, -5.0))
+    assert torch.equal(layer.keys[..., :3, :], twin.keys[..., :3, :])
+
+
+def test_policy_states_use_the_growable_cache(tiny_policy: TransformersPolicy) -> None:
+    _, state = tiny_policy.generate([[3, 9, 10], [3, 9]], SamplingParams(temperature=0.0, max_new_tokens=3))
+    assert isinstance(state.cache, GrowableCache)
+    assert all(isinstance(layer, GrowableLayer) for layer in state.cache.layers)
+    assert state.cache.layers[0].keys.shape[2] == state.attention_mask.shape[1]
+
+
+def test_identical_first_contexts_are_prefilled_once(tiny_policy: TransformersPolicy) -> None:
+    """A group's shared prompt runs through the model once; each row still samples on its own."""
+    rows_per_call: list[int] = []
+    hook = tiny_policy.model.register_forward_pre_hook(
+        lambda _module, _args, kwargs: rows_per_call.append(kwargs["input_ids"].shape[0]), with_kwargs=True)
+    sampling = SamplingParams(temperature=0.0, max_new_tokens=3)
+    try:
+        grouped, state = tiny_policy.generate([[3, 9, 10], [3, 9, 10, 7], [3, 9, 10], [3, 9, 10]], sampling)
+    finally:
+        hook.remove()
+    assert rows_per_call[0] == 2 and rows_per_call[1:] and set(rows_per_call[1:]) == {4}
+    alone, _ = tiny_policy.generate([[3, 9, 10], [3, 9, 10, 7]], sampling)
+    for got, want in zip(grouped, [alone[0], alone[1], alone[0], alone[0]]):
+        assert got.token_ids == want.token_ids
+        assert got.logps == pytest.approx(want.logps, abs=1e-5)
+    assert state.context_lengths() == [3 + len(grouped[0].token_ids), 4 + len(grouped[1].token_ids),
+                                       3 + len(grouped[2].token_ids), 3 + len(grouped[3].token_ids)]
