@@ -17,6 +17,19 @@ def pad_right(rows: Sequence[Sequence[float]], pad_value: float, dtype: torch.dt
     return out
 
 
+def pad_left(rows: Sequence[Sequence[int]], pad_value: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-pads id ``rows`` into (B, T) long ids and their (B, T) long mask (1 on real ids), T = the longest row;
+    an empty row is all padding."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_value, dtype=torch.long)
+    mask = torch.zeros(len(rows), width, dtype=torch.long)
+    for i, row in enumerate(rows):
+        if row:
+            ids[i, width - len(row):] = torch.as_tensor(list(row), dtype=torch.long)
+            mask[i, width - len(row):] = 1
+    return ids, mask
+
+
 def token_logprobs(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                    temperature: float = 1.0, with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probability of each token given the tokens before it.

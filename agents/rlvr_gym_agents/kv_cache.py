@@ -38,8 +38,7 @@ class GrowableLayer(DynamicLayer):
     @property  # type: ignore[override]
     def keys(self) -> torch.Tensor | None:
         """The filled slots, (B, heads, slots, head_dim); None before the first update."""
-        buffer = self._key_buffer
-        return buffer if buffer is None or buffer.dim() != 4 else buffer[..., : self._length, :]
+        return self._filled(self._key_buffer)
 
     @keys.setter
     def keys(self, tensor: torch.Tensor | None) -> None:
@@ -49,12 +48,14 @@ class GrowableLayer(DynamicLayer):
     @property  # type: ignore[override]
     def values(self) -> torch.Tensor | None:
         """The filled slots, (B, heads, slots, head_dim); None before the first update."""
-        buffer = self._value_buffer
-        return buffer if buffer is None or buffer.dim() != 4 else buffer[..., : self._length, :]
+        return self._filled(self._value_buffer)
 
     @values.setter
     def values(self, tensor: torch.Tensor | None) -> None:
         self._value_buffer = tensor
+
+    def _filled(self, buffer: torch.Tensor | None) -> torch.Tensor | None:
+        return buffer if buffer is None or buffer.dim() != 4 else buffer[..., : self._length, :]
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
                **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:

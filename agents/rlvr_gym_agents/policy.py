@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
+from rlvr_gym_agents.batching import pad_left
 from rlvr_gym_agents.kv_cache import GrowableCache, cache_kwarg, returned_cache
 
 
@@ -250,9 +251,11 @@ class TransformersPolicy:
     def _first_feed(self, feeds: list[list[int]], state: KVState) -> tuple[torch.Tensor, KVState]:
         """Feeds a turn's first ids. Rows of an empty state with identical ids (a group's shared prompt) are run
         once and their cache rows copied: a group of 8 episodes prefills its prompt once instead of 8 times."""
+        if state.attention_mask.shape[1] > 0:
+            return self._feed(feeds, state), state
         distinct: dict[tuple[int, ...], int] = {}
         inverse = [distinct.setdefault(tuple(feed), len(distinct)) for feed in feeds]
-        if state.attention_mask.shape[1] > 0 or len(distinct) == len(feeds):
+        if len(distinct) == len(feeds):
             return self._feed(feeds, state), state
         unique = KVState.empty(len(distinct), self.device)
         logits = self._feed([list(feed) for feed in distinct], unique)
@@ -261,13 +264,7 @@ class TransformersPolicy:
     def _feed(self, feeds: list[list[int]], state: KVState) -> torch.Tensor:
         """Runs the model over left-padded ``feeds`` (rows may be empty: all holes); returns (B, V) logits
         of each row's last real position. Updates ``state`` in place (cache, mask, positions, pending)."""
-        width = max(len(f) for f in feeds)
-        ids = torch.full((len(feeds), width), self.pad_token_id, dtype=torch.long)
-        new_mask = torch.zeros(len(feeds), width, dtype=torch.long)
-        for row, feed in enumerate(feeds):
-            if feed:
-                ids[row, width - len(feed):] = torch.tensor(feed)
-                new_mask[row, width - len(feed):] = 1
+        ids, new_mask = pad_left(feeds, self.pad_token_id)
         ids, new_mask = ids.to(self.device), new_mask.to(self.device)
         positions = state.next_position[:, None] + (new_mask.cumsum(dim=1) - 1).clamp(min=0)
         mask = torch.cat([state.attention_mask, new_mask], dim=1)

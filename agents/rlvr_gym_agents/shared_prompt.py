@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
-from rlvr_gym_agents.batching import length_micro_batches
+from rlvr_gym_agents.batching import length_micro_batches, pad_left
 from rlvr_gym_agents.kv_cache import cache_kwarg, returned_cache
 
 
@@ -39,23 +39,22 @@ class SharedPromptScorer:
                  prompt_lengths: Sequence[int], rows: torch.Tensor, temperature: float, pad_token_id: int) -> None:
         self.ids, self.lengths, self.temperature = ids, list(lengths), temperature
         self.prompt_lengths = [min(max(p, 1), n) for p, n in zip(prompt_lengths, self.lengths)]
+        self.suffix_lengths = [n - p for n, p in zip(self.lengths, self.prompt_lengths)]  # ids after the prompt
+        self._cache_kwarg = cache_kwarg(model)
         distinct: dict[tuple[int, ...], int] = {}
         self.prompt_of: dict[int, int] = {}
         for row in rows.tolist():
             key = tuple(ids[row, : self.prompt_lengths[row]].tolist())
             self.prompt_of[row] = distinct.setdefault(key, len(distinct))
-        self.prompt_mask, prompt_kv, last_logits = _run_prompts(model, list(distinct), pad_token_id)
+        self.prompt_mask, prompt_kv, last_logits = _run_prompts(model, list(distinct), pad_token_id,
+                                                                self._cache_kwarg)
         self._outputs = [*prompt_kv, last_logits]  # keys and values of every layer, then the last logits
         grad = torch.is_grad_enabled()
         self._leaves = [t.detach().requires_grad_(grad) for t in self._outputs]
 
     def micro_batches(self, rows: torch.Tensor, max_tokens: int | None) -> list[torch.Tensor]:
         """``rows`` in micro-batches of at most ``max_tokens`` padded continuation ids, shortest first."""
-        return length_micro_batches(self.suffix_lengths(), rows, max_tokens)
-
-    def suffix_lengths(self) -> list[int]:
-        """B lengths of the continuations (ids after each row's prompt)."""
-        return [n - p for n, p in zip(self.lengths, self.prompt_lengths)]
+        return length_micro_batches(self.suffix_lengths, rows, max_tokens)
 
     def logprobs(self, model: torch.nn.Module, micro: torch.Tensor,
                  with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -69,20 +68,21 @@ class SharedPromptScorer:
         rows = micro.tolist()
         width = max(self.lengths[r] for r in rows)
         starts = torch.tensor([self.prompt_lengths[r] for r in rows])
-        suffix = max(self.lengths[r] - self.prompt_lengths[r] for r in rows)
+        suffixes = torch.tensor([self.suffix_lengths[r] for r in rows])
+        suffix = int(suffixes.max())
         prompts = torch.tensor([self.prompt_of[r] for r in rows])
         logits = self._leaves[-1][prompts, None]  # each row's first continuation id, from its prompt's end
         if suffix > 1:
-            logits = torch.cat([logits, self._continuation_logits(model, rows, prompts, starts, suffix)], dim=1)
+            logits = torch.cat([logits, self._continuation_logits(model, rows, prompts, starts, suffixes)], dim=1)
         if self.temperature not in (0.0, 1.0):
             logits = logits / self.temperature
         logprobs = F.log_softmax(logits.float(), dim=-1)
         taken = _suffix_ids(self.ids, rows, starts, logits.shape[1])
-        logp = _to_row_layout(logprobs.gather(2, taken[:, :, None]).squeeze(2), starts, self._suffix(rows), width)
+        logp = _to_row_layout(logprobs.gather(2, taken[:, :, None]).squeeze(2), starts, suffixes, width)
         if not with_entropy:
             return logp, None
         entropy = -(logprobs.exp() * logprobs).sum(dim=-1)
-        return logp, _to_row_layout(entropy, starts, self._suffix(rows), width)
+        return logp, _to_row_layout(entropy, starts, suffixes, width)
 
     def backward(self) -> None:
         """Sends the gradients the micro-batches left on the prompt keys/values through the prompt pass."""
@@ -90,38 +90,31 @@ class SharedPromptScorer:
         if pairs:
             torch.autograd.backward([out for out, _ in pairs], [grad for _, grad in pairs])
 
-    def _suffix(self, rows: list[int]) -> torch.Tensor:
-        return torch.tensor([self.lengths[r] - self.prompt_lengths[r] for r in rows])
-
     def _continuation_logits(self, model: torch.nn.Module, rows: list[int], prompts: torch.Tensor,
-                             starts: torch.Tensor, suffix: int) -> torch.Tensor:
-        """(b, suffix - 1, V) logits of continuation positions 0..suffix-2 (each scores the next id)."""
+                             starts: torch.Tensor, suffixes: torch.Tensor) -> torch.Tensor:
+        """(b, S - 1, V) logits of continuation positions 0..S-2 (each scores the next id), S = the longest."""
+        suffix = int(suffixes.max())
         cache = DynamicCache()
         for index in range(len(self._leaves) // 2):
             cache.update(self._leaves[2 * index][prompts], self._leaves[2 * index + 1][prompts], index)
         ids = _suffix_ids(self.ids, rows, starts, suffix)[:, :-1]
-        real = torch.arange(suffix - 1)[None] < self._suffix(rows)[:, None]
+        real = torch.arange(suffix - 1)[None] < suffixes[:, None]
         mask = torch.cat([self.prompt_mask[prompts], real.long()], dim=1)
         positions = starts[:, None] + torch.arange(suffix - 1)[None]
         out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                    **{cache_kwarg(model): cache})
+                    **{self._cache_kwarg: cache})
         return out.logits
 
 
-def _run_prompts(model: torch.nn.Module, prompts: list[tuple[int, ...]],
-                 pad_token_id: int) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
+def _run_prompts(model: torch.nn.Module, prompts: list[tuple[int, ...]], pad_token_id: int,
+                 cache_arg: str) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
     """Runs left-padded prompts; returns their (U, P) mask, the (U, heads, P, head_dim) keys and values of every
     layer (k0, v0, k1, v1, ...) and the (U, V) logits of their last position."""
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), pad_token_id, dtype=torch.long)
-    mask = torch.zeros(len(prompts), width, dtype=torch.long)
-    for index, prompt in enumerate(prompts):
-        ids[index, width - len(prompt):] = torch.tensor(prompt)
-        mask[index, width - len(prompt):] = 1
+    ids, mask = pad_left(prompts, pad_token_id)
     positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
     cache = DynamicCache()
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1,
-                **{cache_kwarg(model): cache})
+                **{cache_arg: cache})
     prompt_kv: list[torch.Tensor] = []
     for layer in returned_cache(out, cache).layers:
         prompt_kv += [layer.keys, layer.values]

@@ -96,8 +96,7 @@ def _accumulate_gradients(model: torch.nn.Module, batch: _UpdateBatch, rows: tor
             loss_config, entropy=entropy, stats=stats,
             ref_logp=batch.ref_logp[micro, :width] if batch.ref_logp is not None else None,
         )
-        if loss.requires_grad:  # a micro-batch of prompt-only rows has nothing to differentiate
-            loss.backward()
+        loss.backward()
         metrics["loss"] = float(loss.detach())
         parts.append((metrics, float(batch.mask[micro].sum())))
     scorer.backward()
@@ -109,7 +108,6 @@ class _UpdateBatch:
     """A batch of trajectories as right-padded (B, T) tensors, T = the longest trajectory."""
 
     ids: torch.Tensor
-    attention: torch.Tensor
     mask: torch.Tensor
     old_logp: torch.Tensor
     token_adv: torch.Tensor
@@ -123,7 +121,6 @@ class _UpdateBatch:
         mask = pad_right([t.loss_mask for t in trajectories], 0, torch.long)
         adv = advantages[:, : mask.shape[1]] if advantages.ndim == 2 else advantages
         return cls(ids=pad_right([t.token_ids for t in trajectories], pad_token_id, torch.long),
-                   attention=pad_right([[1] * len(t.token_ids) for t in trajectories], 0, torch.long),
                    mask=mask, old_logp=pad_right([t.logps for t in trajectories], 0.0, torch.float32),
                    token_adv=broadcast_to_tokens(adv, mask), lengths=[len(t.token_ids) for t in trajectories],
                    prompt_lengths=[t.prompt_length for t in trajectories], pad_token_id=pad_token_id)

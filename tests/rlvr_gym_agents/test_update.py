@@ -6,7 +6,7 @@ import copy
 
 import pytest
 import torch
-from rlvr_gym_agents.batching import length_micro_batches
+from rlvr_gym_agents.batching import length_micro_batches, pad_left
 from rlvr_gym_agents.config import load_config
 from rlvr_gym_agents.policy import TransformersPolicy
 from rlvr_gym_agents.rollout import Trajectory
@@ -27,6 +27,12 @@ def test_length_micro_batches_pack_sorted_rows_within_the_token_budget() -> None
     assert [b.tolist() for b in length_micro_batches(lengths, torch.tensor([2, 0]), None)] == [[2, 0]]
     with pytest.raises(ValueError, match="max_tokens must be >= 1"):
         length_micro_batches(lengths, torch.tensor([0]), 0)
+
+
+def test_pad_left_right_aligns_rows_and_masks_the_padding() -> None:
+    ids, mask = pad_left([[5, 6], [], [7, 8, 9]], 0)
+    assert ids.tolist() == [[0, 5, 6], [0, 0, 0], [7, 8, 9]]
+    assert mask.tolist() == [[0, 1, 1], [0, 0, 0], [1, 1, 1]]
 
 
 def _varied_trajectories(policy: TransformersPolicy) -> list[Trajectory]:
