@@ -22,13 +22,14 @@ import tempfile
 import time
 
 import torch
-from rlvr_gym_agents.chat import ChatFormat
 from rlvr_gym_agents.config import load_config
 from rlvr_gym_agents.policy import SamplingParams, TransformersPolicy
+from rlvr_gym_agents.policy.chat import ChatFormat
 from rlvr_gym_agents.rollout import Trajectory, run_episodes
-from rlvr_gym_agents.stages import _corpus, collect_demonstrations
-from rlvr_gym_agents.tiny import save_tiny_policy
-from rlvr_gym_agents.update import ppo_update
+from rlvr_gym_agents.train import update_config
+from rlvr_gym_agents.update.ppo import ppo_update
+from rlvr_gym_agents.warmstart.demonstrations import collect_demonstrations
+from rlvr_gym_agents.warmstart.tiny import save_tiny_policy
 
 from rlvr_gym import load_suite
 
@@ -39,7 +40,7 @@ def policy_for_benchmark(model_dir: str | None, seed: int) -> tuple[Transformers
         model_dir = tempfile.mkdtemp(prefix="ppo_update_speed_")
         config = load_config(None, ["sft.expert=oracle"])
         tasks = list(load_suite("textworld/starter-train"))[:200]
-        save_tiny_policy(_corpus(collect_demonstrations(config, tasks, 200, seed)), model_dir, seed=seed)
+        save_tiny_policy([text for d in collect_demonstrations(config.sft, config.env, tasks, 200, seed) for text in d.observations + d.actions], model_dir, seed=seed)
     policy = TransformersPolicy.from_pretrained(model_dir, seed=seed)
     chat = ChatFormat(policy.tokenizer)
     policy.stop_token_ids = frozenset(policy.stop_token_ids | {chat.end_of_turn_id})
@@ -52,7 +53,7 @@ def _update(policy: TransformersPolicy, trajectories: list[Trajectory], advantag
     config = load_config("agents/recipes/quickstart.yaml", [f"algorithm.micro_batch_tokens={budget or 'null'}"])
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.train.learning_rate)
     began = time.perf_counter()
-    ppo_update(model, optimizer, trajectories, advantages, config, None, policy.pad_token_id)
+    ppo_update(model, optimizer, trajectories, advantages, update_config(config), None, policy.pad_token_id)
     elapsed = time.perf_counter() - began
     return elapsed, {k: v.detach().clone() for k, v in model.state_dict().items()}
 

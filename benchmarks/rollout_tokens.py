@@ -17,12 +17,12 @@ import tempfile
 import time
 
 import torch
-from rlvr_gym_agents.chat import ChatFormat
 from rlvr_gym_agents.config import load_config
 from rlvr_gym_agents.policy import SamplingParams, TransformersPolicy
+from rlvr_gym_agents.policy.chat import ChatFormat
 from rlvr_gym_agents.rollout import run_episodes
-from rlvr_gym_agents.stages import _corpus, collect_demonstrations
-from rlvr_gym_agents.tiny import save_tiny_policy
+from rlvr_gym_agents.warmstart.demonstrations import collect_demonstrations
+from rlvr_gym_agents.warmstart.tiny import save_tiny_policy
 
 from rlvr_gym import load_suite
 
@@ -32,7 +32,7 @@ def _policy(model_dir: str | None, seed: int) -> tuple[TransformersPolicy, ChatF
         model_dir = tempfile.mkdtemp(prefix="rollout_tokens_")
         config = load_config(None, ["sft.expert=oracle"])
         tasks = list(load_suite("textworld/easy-train"))[:200]
-        save_tiny_policy(_corpus(collect_demonstrations(config, tasks, 200, seed)), model_dir, seed=seed,
+        save_tiny_policy([text for d in collect_demonstrations(config.sft, config.env, tasks, 200, seed) for text in d.observations + d.actions], model_dir, seed=seed,
                          max_context_tokens=1024)
     policy = TransformersPolicy.from_pretrained(model_dir, seed=seed, max_context_tokens=1024)
     chat = ChatFormat(policy.tokenizer)

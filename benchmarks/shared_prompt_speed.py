@@ -33,10 +33,10 @@ import torch
 import transformers
 from ppo_update_speed import policy_for_benchmark  # this folder: the scripts run from it
 from rlvr_gym_agents.batching import length_micro_batches, pad_right, token_logprobs
-from rlvr_gym_agents.chat import ChatFormat
 from rlvr_gym_agents.policy import KVState, SamplingParams, TransformersPolicy
+from rlvr_gym_agents.policy.chat import ChatFormat
 from rlvr_gym_agents.rollout import Trajectory, run_episodes
-from rlvr_gym_agents.shared_prompt import SharedPromptScorer
+from rlvr_gym_agents.update.scoring import SharedPromptScorer
 
 from rlvr_gym import Task, load_suite
 

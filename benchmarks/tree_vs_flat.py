@@ -9,7 +9,7 @@ Usage::
 For each seed, the same tasks (``--suite``, default the quickstart's training suite) are rolled out
 ``--leaves`` times per task twice, in alternating order so a loaded machine slows both alike: flat
 (:func:`rlvr_gym_agents.rollout.run_episodes`, KV cache reused across turns, the baseline) and as trees
-(:class:`rlvr_gym_agents.tree_sampler.TreeSampler`, entropy-balanced branching with ``m`` global samples per
+(:class:`rlvr_gym_agents.rollout.tree_sampler.TreeSampler`, entropy-balanced branching with ``m`` global samples per
 task, one line per ``--global-samples`` value, and AEPO pre-monitoring). Prints, per configuration: generated
 tokens per leaf, wall seconds per leaf, success rate per leaf, distinct successful action sequences per task,
 turns per leaf, the share of tasks whose leaves do not all succeed or all fail ("mixed": the groups a
@@ -35,15 +35,15 @@ from typing import Any
 
 import torch
 import yaml
-from rlvr_gym_agents.advantages import nonzero_variance_groups
-from rlvr_gym_agents.chat import ChatFormat
 from rlvr_gym_agents.config import load_config
 from rlvr_gym_agents.console import Console
+from rlvr_gym_agents.credit.estimators import nonzero_variance_groups
 from rlvr_gym_agents.policy import SamplingParams, TransformersPolicy
+from rlvr_gym_agents.policy.chat import ChatFormat
 from rlvr_gym_agents.rollout import Trajectory, run_episodes
-from rlvr_gym_agents.stages import build_policy
-from rlvr_gym_agents.tree_branching import BranchConfig
-from rlvr_gym_agents.tree_sampler import TreeSampler, TreeSamplerConfig
+from rlvr_gym_agents.rollout.branching import BranchConfig
+from rlvr_gym_agents.rollout.tree_sampler import TreeSampler, TreeSamplerConfig
+from rlvr_gym_agents.train import build_policy
 
 from rlvr_gym import load_suite
 
@@ -79,7 +79,7 @@ def flat_stats(trajectories: list[Trajectory], seconds: float) -> dict[str, floa
 
 def mixed_share(trajectories: list[Trajectory]) -> float:
     """Share of tasks whose episodes do not all succeed or all fail: the groups that carry a gradient (the
-    trainer's filter, :func:`~rlvr_gym_agents.advantages.nonzero_variance_groups`, on success)."""
+    trainer's filter, :func:`~rlvr_gym_agents.credit.estimators.nonzero_variance_groups`, on success)."""
     if not trajectories:
         return 0.0
     task_index = {task: i for i, task in enumerate(dict.fromkeys(t.task_id for t in trajectories))}

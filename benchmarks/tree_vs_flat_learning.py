@@ -8,7 +8,7 @@ Usage::
         [--tasks-per-step 8] [--group-size 8] [--eval-tasks 100] [--threads 2] [--set key=value ...]
         [--tree-set key=value ...]
 
-For each seed, :func:`rlvr_gym_agents.trainer.train` runs twice from the same warm-started policy directory
+For each seed, :func:`rlvr_gym_agents.train.train` runs twice from the same warm-started policy directory
 (``--warm-start``; without it, the quickstart recipe's SFT is run once per seed with ``train.num_steps=0``
 into ``OUT/warm-seed<seed>`` and its ``sft_model`` is used):
 
@@ -49,9 +49,8 @@ from typing import Any
 import numpy as np
 import yaml
 from rlvr_gym_agents.config import TrainConfig, load_config, to_dict
-from rlvr_gym_agents.flat_credit import FLAT_CREDIT_MODES
-from rlvr_gym_agents.trainer import train
-from rlvr_gym_agents.tree import TREE_CREDIT_MODES
+from rlvr_gym_agents.credit import CREDIT
+from rlvr_gym_agents.train import train
 
 RECIPES = Path(__file__).resolve().parents[1] / "agents" / "recipes"
 FLAT_RECIPE = RECIPES / "quickstart.yaml"
@@ -67,9 +66,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=30, help="RL steps per run")
     parser.add_argument("--eval-every", type=int, default=5, help="held-out evaluation every N RL steps")
-    parser.add_argument("--credit", choices=list(TREE_CREDIT_MODES), default="treerl",
+    parser.add_argument("--credit", choices=sorted(CREDIT), default="treerl",
                         help="tree credit assignment (treerl, gigpo, ...; soft = GRPO over each tree's leaves)")
-    parser.add_argument("--flat-credit", choices=list(FLAT_CREDIT_MODES), default="soft",
+    parser.add_argument("--flat-credit", choices=sorted(n for n, m in CREDIT.items() if not m.needs_tree), default="soft",
                         help="flat baseline's credit: soft = flat GRPO (default), gigpo = GiGPO over flat groups")
     parser.add_argument("--tasks-per-step", type=int, default=None, help="default: the quickstart's (8)")
     parser.add_argument("--group-size", type=int, default=None, help="episodes (leaves) per task; default 8")

@@ -42,8 +42,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, runtime_checkable
 
 from rlvr_gym.core import Env
-from rlvr_gym.failures import Failure, FailureKind
-from rlvr_gym.registry import UnknownEnvError, make, spec
+from rlvr_gym.episode import EnvEpisode, info_failure
+from rlvr_gym.failures import Failure
+from rlvr_gym.registry import make, spec
 from rlvr_gym.reporting import EvalReport
 from rlvr_gym.tasks import Task
 
@@ -253,12 +254,12 @@ def _standard_error(values: Sequence[float]) -> float | None:
 
 # -- running episodes ---------------------------------------------------------------------------------------
 class _Episode:
-    """One live episode: its env, last observation/info and the record being filled."""
+    """One live episode: its env (:class:`rlvr_gym.episode.EnvEpisode`, the one stepping owner) and the record."""
 
     def __init__(self, task: Task, sample: int) -> None:
         self.task, self.key = task, episode_key(task, sample)
         self.record = EpisodeRecord(task.id, sample, task.env_id, task_type=_task_type(task))
-        self.env: Env | None = None
+        self.env: EnvEpisode | None = None
         self.observation: str = ""
         self.info: dict[str, Any] = {}
         self.done = False
@@ -267,42 +268,34 @@ class _Episode:
     def start(self, env_factory: Callable[[str], Env]) -> None:
         """Builds and resets the env; an exception ends the episode as an env crash."""
         self.started_at = time.perf_counter()
-        try:
-            self.env = env_factory(self.task.env_id)
-            self.observation, self.info = self.env.reset(options={"task": self.task})
-        except UnknownEnvError:
-            raise
-        except Exception as error:  # noqa: BLE001 - any env error is recorded, never fatal
-            self.crash(FailureKind.ENV_CRASH.value, error, "reset")
+        self.env, failure = EnvEpisode.start(self.task, env_factory)
+        if self.env is None:
+            self._end_with(failure)
             return
+        self.observation, self.info = self.env.observation, self.env.info
         self.record.tools_declared = bool(self.info.get("tools"))
-        self._note_failure(self.info)
+        self._note_failure(info_failure(self.info))
 
     def step(self, action: str) -> None:
         """Steps the env with ``action`` and updates the record; an exception is an env crash."""
         assert self.env is not None and not self.done
         self.record.actions.append(action)
-        try:
-            observation, reward, terminated, truncated, info = self.env.step(action)
-        except Exception as error:  # noqa: BLE001
-            self.record.turns += 1
-            self.crash(FailureKind.ENV_CRASH.value, error, "step")
-            return
+        outcome = self.env.step(action)
         record = self.record
         record.turns += 1
-        record.reward += float(reward)
-        record.tool_calls += int(info.get("tool_calls") or 0)
-        record.invalid_tool_calls += int(info.get("invalid_tool_calls") or 0)
-        failure = self._note_failure(info)
-        self.observation, self.info = observation, info
-        if terminated or truncated:
-            record.terminated, record.truncated = bool(terminated), bool(truncated)
-            record.success = _success(info)
-            record.failure = failure
+        record.reward += outcome.reward
+        record.tool_calls += int(outcome.info.get("tool_calls") or 0)
+        record.invalid_tool_calls += int(outcome.info.get("invalid_tool_calls") or 0)
+        kind = self._note_failure(outcome.failure)
+        self.observation, self.info = outcome.observation, outcome.info
+        if outcome.done:
+            record.terminated, record.truncated = outcome.terminated, outcome.truncated
+            record.success = outcome.success
+            record.failure = kind
             self.finish()
 
     def crash(self, kind: str, error: BaseException, where: str) -> None:
-        """Ends the episode with a failure of ``kind`` describing ``error``."""
+        """Ends the episode with a failure of ``kind`` (the agent's, not the env's) describing ``error``."""
         tail = "".join(traceback.format_exception(error))[-2000:]
         message = f"{where} raised {type(error).__name__}: {error}"
         self.record.failures.append({"kind": kind, "message": message, "details": {"traceback": tail}})
@@ -310,36 +303,27 @@ class _Episode:
         self.finish()
 
     def finish(self) -> None:
-        """Marks the episode done, records its time and closes the env."""
+        """Marks the episode done, records its time and closes the env (a failing close is recorded)."""
         self.done = True
         self.record.elapsed_s = time.perf_counter() - self.started_at
-        if self.env is not None:
-            try:
-                self.env.close()
-            except Exception as error:  # noqa: BLE001 - a failing close must not lose the record
-                logger.warning("close() of %s raised %r", self.task.env_id, error)
-
-    def _note_failure(self, info: dict[str, Any]) -> str | None:
-        failure = info.get("failure")
-        if isinstance(failure, Failure):
+        if self.env is not None and (failure := self.env.close()) is not None:
             self.record.failures.append(failure.to_dict())
-            return failure.kind.value
-        if isinstance(failure, dict) and "kind" in failure:  # envs behind a process boundary send dicts
-            self.record.failures.append(dict(failure))
-            return str(failure["kind"])
-        return None
+
+    def _end_with(self, failure: Failure | None) -> None:
+        self.record.truncated = True
+        self.record.failure = self._note_failure(failure)
+        self.finish()
+
+    def _note_failure(self, failure: Failure | None) -> str | None:
+        if failure is None:
+            return None
+        self.record.failures.append(failure.to_dict())
+        return failure.kind.value
 
 
 def _task_type(task: Task) -> str | None:
     task_type = task.metadata.get("task_type")
     return None if task_type is None else str(task_type)
-
-
-def _success(info: dict[str, Any]) -> bool:
-    if "success" in info:
-        return bool(info["success"])
-    details = info.get("reward_details") or {}
-    return bool(details.get("value", 0.0) >= 1.0)
 
 
 def evaluate(

@@ -13,8 +13,8 @@ import time
 import psutil
 
 from rlvr_gym_agents.config import ConfigError, load_config
-from rlvr_gym_agents.policy_eval import PolicyAgent
-from rlvr_gym_agents.policy_eval import load_agent as _load_agent
+from rlvr_gym_agents.evaluate import PolicyAgent
+from rlvr_gym_agents.evaluate import load_agent as _load_agent
 
 
 def train_main(argv: list[str]) -> int:
@@ -31,7 +31,7 @@ def train_main(argv: list[str]) -> int:
     except (ConfigError, FileNotFoundError) as error:
         print(f"rlvr-gym train: {error}", file=sys.stderr)
         return 2
-    from rlvr_gym_agents.trainer import train
+    from rlvr_gym_agents.train import train
 
     train(config, started=process_start())
     return 0

@@ -17,11 +17,10 @@ from typing import Any
 
 import yaml
 
-from rlvr_gym_agents.advantages import GiGPOConfig
-from rlvr_gym_agents.flat_credit import FLAT_CREDIT_MODES
-from rlvr_gym_agents.losses import LossConfig
-from rlvr_gym_agents.tree import TREE_CREDIT_MODES
-from rlvr_gym_agents.tree_sampler import TreeSamplerConfig
+from rlvr_gym_agents.credit import check_credit
+from rlvr_gym_agents.credit.estimators import GiGPOConfig
+from rlvr_gym_agents.rollout.tree_sampler import TreeSamplerConfig
+from rlvr_gym_agents.update.losses import LossConfig
 
 
 class ConfigError(ValueError):
@@ -142,7 +141,7 @@ class RolloutConfig:
     """Keep each episode's KV cache across turns."""
     sampler: str = "flat"
     """``flat`` (``group_size`` independent episodes per task) or ``tree`` (one rollout tree per task with
-    ``group_size`` leaves, :mod:`rlvr_gym_agents.tree_sampler`)."""
+    ``group_size`` leaves, :mod:`rlvr_gym_agents.rollout.tree_sampler`)."""
     tree: TreeSamplerConfig = dataclasses.field(default_factory=TreeSamplerConfig)
     """Tree sampler settings (``sampler: tree`` only). ``num_leaves``, ``reuse_kv_cache`` and ``max_turns`` are
     derived from ``train.group_size``, ``rollout.reuse_kv_cache`` and ``env.max_turns``."""
@@ -159,9 +158,15 @@ class AlgorithmConfig:
     """Credit assignment: ``soft`` (one group advantage per episode) or ``gigpo`` (per-turn GiGPO advantages:
     anchor states are the env's ``state_key`` with the flat sampler, the forked node with the tree sampler), or,
     with ``rollout.sampler: tree``, another per-token mode of
-    :meth:`rlvr_gym_agents.tree.RolloutTree.token_advantages`: treerl, local, global, arpo_hard or treepo."""
+    :mod:`rlvr_gym_agents.credit`: treerl, local, global, arpo_hard or treepo."""
     gigpo: GiGPOConfig = dataclasses.field(default_factory=GiGPOConfig)
     """Step discount, step weight and normalisation of ``credit: gigpo``."""
+    tree_baseline: str = "mean"
+    """Tree value credit (treerl, local): the local term's baseline, ``mean`` (V(parent), TreeRL) or ``loo`` (the
+    parent's other leaves: unbiased, ``credit.tree_values.node_advantages``)."""
+    dedup_shared_prefix: bool = False
+    """Tree credit: scale a segment shared by d leaf rows by 1/d, so each shared segment is credited once (ARPO's
+    hard attribution) instead of once per leaf below it."""
     drop_zero_variance_groups: bool = True
     """Skip groups whose rewards are all equal (zero advantage; DAPO dynamic sampling)."""
     invalid_action_penalty: float = 0.0
@@ -206,7 +211,7 @@ class TrainLoopConfig:
     """Stop RL after this many seconds (None: no cap)."""
     run_budget_s: float | None = None
     """Wall-clock seconds for the whole run (None: no budget), counted from the start of the process under
-    ``rlvr-gym train`` (imports included), from the call otherwise (:func:`~rlvr_gym_agents.trainer.train`).
+    ``rlvr-gym train`` (imports included), from the call otherwise (:func:`~rlvr_gym_agents.train.train`).
     RL stops after the step at which the time spent, plus one more step as long as the last, plus the final
     evaluation as long as the one before RL, would pass it; with ``max_time_s`` the first cap to bind stops RL. So a
     slower machine gets fewer RL steps, not a longer run."""
@@ -289,13 +294,14 @@ class TrainConfig:
         """Validates the sampler and credit choice and fills the tree section's derived fields."""
         if self.rollout.sampler not in ("flat", "tree"):
             raise ConfigError(f"rollout.sampler must be flat or tree, got {self.rollout.sampler!r}")
-        if self.algorithm.credit not in TREE_CREDIT_MODES:
-            raise ConfigError(f"algorithm.credit must be one of {list(TREE_CREDIT_MODES)}, got {self.algorithm.credit!r}")
+        try:
+            check_credit(self.algorithm.credit, self.rollout.sampler)
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
         if self.algorithm.invalid_action_penalty < 0:
             raise ConfigError(f"algorithm.invalid_action_penalty must be >= 0, got {self.algorithm.invalid_action_penalty}")
-        if self.rollout.sampler == "flat" and self.algorithm.credit not in FLAT_CREDIT_MODES:
-            raise ConfigError(f"algorithm.credit={self.algorithm.credit} needs rollout.sampler=tree (flat episodes "
-                              f"share no segments); with the flat sampler use one of {list(FLAT_CREDIT_MODES)}")
+        if self.algorithm.tree_baseline not in ("mean", "loo"):
+            raise ConfigError(f"algorithm.tree_baseline must be mean or loo, got {self.algorithm.tree_baseline!r}")
         gigpo = self.algorithm.gigpo
         if not 0.0 <= gigpo.gamma <= 1.0 or gigpo.omega < 0:
             raise ConfigError(f"algorithm.gigpo needs gamma in [0, 1] and omega >= 0, got gamma={gigpo.gamma}, "

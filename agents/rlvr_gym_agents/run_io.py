@@ -39,6 +39,20 @@ class MetricsLogger:
                 if isinstance(value, (int, float)) and not isinstance(value, bool):
                     self.writer.add_scalar(f"{record['phase']}/{key}", value, record["step"])
 
+    def num_lines(self) -> int:
+        """Records written so far (a checkpoint stores it, so a resumed run can drop what came after)."""
+        if not self.path.is_file():
+            return 0
+        return sum(1 for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip())
+
+    def truncate(self, num_lines: int) -> None:
+        """Keeps the first ``num_lines`` records: a resumed run writes the records after its checkpoint again, so
+        none is lost and none repeated."""
+        if not self.path.is_file():
+            return
+        lines = [line for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        self.path.write_text("".join(line + "\n" for line in lines[:num_lines]), encoding="utf-8")
+
     def read(self) -> list[dict[str, Any]]:
         """All records so far."""
         if not self.path.is_file():
@@ -77,19 +91,43 @@ def save_checkpoint(path: Path, model: torch.nn.Module, tokenizer: Any, optimize
                     step: int, generator: torch.Generator, extra: dict[str, Any] | None = None) -> None:
     """Writes ``path/`` as a loadable model directory plus ``trainer_state.pt`` (optimizer, step, RNG, extra).
 
-    The directory is written beside and renamed into place, so a crash never leaves half a checkpoint.
+    Atomic: the checkpoint is written to ``path.tmp`` (``trainer_state.pt`` last), the previous one is renamed to
+    ``path.old``, ``path.tmp`` to ``path``, and ``path.old`` is removed. A kill at any point leaves either the old or
+    the new checkpoint complete; :func:`recover_checkpoint` (called by :func:`load_checkpoint` and here) finishes or
+    undoes the interrupted save, so nothing blocks a later run.
     """
-    tmp = path.with_name(path.name + ".tmp")
+    recover_checkpoint(path)
+    tmp, old = _tmp(path), _old(path)
+    _remove_tree(tmp)
     save_model_dir(tmp, model, tokenizer)
     torch.save({"optimizer": optimizer.state_dict(), "step": step, "rng": rng_state(generator),
-                "extra": extra or {}}, tmp / "trainer_state.pt")
+                "extra": extra or {}}, tmp / "trainer_state.pt.part")
+    (tmp / "trainer_state.pt.part").rename(tmp / "trainer_state.pt")
     if path.exists():
-        old = path.with_name(path.name + ".old")
         path.rename(old)
-        tmp.rename(path)
-        _remove_tree(old)
-    else:
-        tmp.rename(path)
+    tmp.rename(path)
+    _remove_tree(old)
+
+
+def recover_checkpoint(path: Path) -> None:
+    """Cleans up after a save that was killed: a complete ``path.tmp`` (it has ``trainer_state.pt``) whose rename
+    did not happen becomes ``path``; else a ``path.old`` stands in for a missing ``path``; leftovers are removed."""
+    tmp, old = _tmp(path), _old(path)
+    if not path.exists():
+        if (tmp / "trainer_state.pt").is_file():
+            tmp.rename(path)
+        elif old.exists():
+            old.rename(path)
+    _remove_tree(tmp)
+    _remove_tree(old)
+
+
+def _tmp(path: Path) -> Path:
+    return path.with_name(path.name + ".tmp")
+
+
+def _old(path: Path) -> Path:
+    return path.with_name(path.name + ".old")
 
 
 def load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
@@ -101,6 +139,7 @@ def load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.O
     """
     from safetensors.torch import load_file
 
+    recover_checkpoint(path)
     state_file = path / "trainer_state.pt"
     if not state_file.is_file():
         raise FileNotFoundError(f"no checkpoint at {path} (expected {state_file})")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ ECHO_TEXT = [
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A saved tiny model directory (word-level tokenizer on Echo text, random ~1M-parameter Qwen2)."""
-    from rlvr_gym_agents.tiny import save_tiny_policy
+    from rlvr_gym_agents.warmstart.tiny import save_tiny_policy
 
     torch.set_num_threads(1)
     return save_tiny_policy(ECHO_TEXT, tmp_path_factory.mktemp("tiny") / "model", seed=0, max_context_tokens=256)
@@ -51,3 +52,5 @@ def _echo_tree_run(tiny_model_dir: Path, tmp_path: Path, run: str, num_steps: in
             "algorithm.drop_zero_variance_groups=false", f"train.num_steps={num_steps}", "train.checkpoint_every=1",
             "eval.num_tasks=4", "eval.k=1", "eval.greedy=false", f"output.dir={tmp_path / run}",
             "output.progress=false", "output.tensorboard=false", "model.num_threads=1", "seed=3", *extra]
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # agent_helpers

@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from rlvr_gym_agents.advantages import (
+from rlvr_gym_agents.credit.estimators import (
     ADVANTAGE_ESTIMATORS,
     broadcast_to_tokens,
     discounted_returns,

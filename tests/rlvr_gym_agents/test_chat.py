@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from rlvr_gym_agents.chat import ChatFormat
 from rlvr_gym_agents.policy import load_tokenizer
-from rlvr_gym_agents.tiny import build_tokenizer
+from rlvr_gym_agents.policy.chat import ChatFormat
+from rlvr_gym_agents.warmstart.tiny import build_tokenizer
 from transformers import PreTrainedTokenizerFast
 
 # Qwen2.5-Instruct's chat template without the tool branches (as published with Qwen/Qwen2.5-0.5B-Instruct).

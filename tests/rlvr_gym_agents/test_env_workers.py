@@ -10,12 +10,13 @@ from typing import Any
 
 import pytest
 import torch
-from rlvr_gym_agents.chat import ChatFormat
+from agent_helpers import collect_rollouts
 from rlvr_gym_agents.config import load_config
 from rlvr_gym_agents.policy import SamplingParams, TransformersPolicy
-from rlvr_gym_agents.trainer import collect_rollouts, env_factory_of, rollout_metrics, train
-from rlvr_gym_agents.tree_sampler import TreeSampler
-from rlvr_gym_agents.update import ppo_update
+from rlvr_gym_agents.policy.chat import ChatFormat
+from rlvr_gym_agents.rollout.tree_sampler import TreeSampler
+from rlvr_gym_agents.train import env_factory_of, rollout_metrics, train, update_config
+from rlvr_gym_agents.update.ppo import ppo_update
 
 from rlvr_gym import Env, FailureKind
 from rlvr_gym.testing.toy import echo_tasks
@@ -87,7 +88,7 @@ def test_a_worker_killed_mid_rollout_costs_only_its_episodes(
     assert all(t.reward == 0.0 and not t.success for t in crashed)
     assert rollout_metrics(rollouts.trajectories)["failures/env_crash"] > 0
     optimizer = torch.optim.AdamW(tiny_policy.model.parameters(), lr=1e-3)
-    update = ppo_update(tiny_policy.model, optimizer, rollouts.trajectories, rollouts.advantages, config, None,
+    update = ppo_update(tiny_policy.model, optimizer, rollouts.trajectories, rollouts.advantages, update_config(config), None,
                         tiny_policy.pad_token_id)
     assert torch.isfinite(torch.tensor(update["loss"]))
     # the replaced worker serves the next step

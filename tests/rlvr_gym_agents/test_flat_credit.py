@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from rlvr_gym_agents.chat import ChatFormat
 from rlvr_gym_agents.config import ConfigError, load_config
-from rlvr_gym_agents.flat_credit import anchor_key, gigpo_token_advantages, rejected_turns
+from rlvr_gym_agents.credit.rewards import episode_return
+from rlvr_gym_agents.credit.turns import anchor_key, gigpo_token_advantages
 from rlvr_gym_agents.policy import SamplingParams, TransformersPolicy
+from rlvr_gym_agents.policy.chat import ChatFormat
 from rlvr_gym_agents.rollout import Trajectory, Turn, run_episodes
 
 import rlvr_gym
@@ -65,7 +66,7 @@ def test_groups_never_share_anchors() -> None:
 def test_anchor_falls_back_to_the_observation_text() -> None:
     assert anchor_key(_turn("k", 0, obs="Nothing happens.")) == ("state", "k")
     assert anchor_key(_turn(None, 0, obs="Nothing happens.")) == ("observation", "Nothing happens.")
-    assert rejected_turns(_two_episodes()[1]) == 1
+    assert episode_return(_two_episodes()[1], 1.0) == _two_episodes()[1].reward - 1.0
     assert gigpo_token_advantages([Trajectory("t", "e", token_ids=[1, 2])])[0].tolist() == [0.0, 0.0]
 
 
@@ -85,7 +86,7 @@ def test_rollouts_record_the_state_each_turn_started_from(tiny_policy: Transform
 
 
 def test_flat_gigpo_credit_in_the_trainer(tiny_policy: TransformersPolicy) -> None:
-    from rlvr_gym_agents.trainer import collect_rollouts
+    from agent_helpers import collect_rollouts
 
     config = load_config(None, ["train.group_size=4", "algorithm.credit=gigpo", "algorithm.gigpo.gamma=0.9"])
     assert config.algorithm.gigpo.gamma == 0.9

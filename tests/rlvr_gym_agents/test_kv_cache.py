@@ -6,8 +6,8 @@ import copy
 
 import pytest
 import torch
-from rlvr_gym_agents.kv_cache import MIN_CAPACITY, GrowableCache, GrowableLayer
 from rlvr_gym_agents.policy import SamplingParams, TransformersPolicy
+from rlvr_gym_agents.policy.kv import MIN_CAPACITY, GrowableCache, GrowableLayer
 
 
 def _slots(n: int, fill: float) -> torch.Tensor:

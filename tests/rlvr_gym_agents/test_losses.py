@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from rlvr_gym_agents.losses import (
+from rlvr_gym_agents.update.losses import (
     LOSSES,
     LossConfig,
     aggregate_loss,

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from rlvr_gym_agents.chat import ChatFormat
 from rlvr_gym_agents.cli import load_agent
+from rlvr_gym_agents.evaluate import PolicyAgent, evaluate_policy
 from rlvr_gym_agents.policy import SamplingParams, TransformersPolicy
-from rlvr_gym_agents.policy_eval import PolicyAgent, evaluate_policy
+from rlvr_gym_agents.policy.chat import ChatFormat
 
 from rlvr_gym.evaluation import BatchAgent, evaluate
 from rlvr_gym.testing.toy import echo_tasks

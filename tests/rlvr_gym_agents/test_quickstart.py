@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from rlvr_gym_agents.config import load_config
-from rlvr_gym_agents.trainer import train
+from rlvr_gym_agents.train import train
 
 RECIPE = Path(__file__).resolve().parents[2] / "agents" / "recipes" / "quickstart.yaml"
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlvr_gym_agents.chat import ChatFormat
 from rlvr_gym_agents.policy import SamplingParams, TransformersPolicy
+from rlvr_gym_agents.policy.chat import ChatFormat
 from rlvr_gym_agents.rollout import run_episodes
 
 import rlvr_gym

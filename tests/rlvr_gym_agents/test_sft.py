@@ -7,22 +7,20 @@ from pathlib import Path
 
 import pytest
 import torch
-from rlvr_gym_agents.chat import ChatFormat
 from rlvr_gym_agents.policy import load_model_and_tokenizer
-from rlvr_gym_agents.sft import (
+from rlvr_gym_agents.policy.chat import ChatFormat
+from rlvr_gym_agents.warmstart.demonstrations import (
     Demonstration,
-    _batches,
-    behaviour_cloning,
     demonstrate,
     demonstration_ids,
     gold_expert,
     load_expert,
     oracle_expert,
-    warmup_cosine,
 )
-from rlvr_gym_agents.sft import (
+from rlvr_gym_agents.warmstart.demonstrations import (
     _demonstrated_action as sft_action,
 )
+from rlvr_gym_agents.warmstart.sft import _batches, behaviour_cloning, warmup_cosine
 
 import rlvr_gym
 from rlvr_gym import load_suite
@@ -76,7 +74,7 @@ def test_gold_expert_replays_gold_and_names_missing_actions() -> None:
 
 def test_load_expert_names() -> None:
     assert load_expert("gold") is gold_expert and load_expert("oracle") is oracle_expert
-    assert load_expert("rlvr_gym_agents.sft:gold_expert") is gold_expert
+    assert load_expert("rlvr_gym_agents.warmstart.demonstrations:gold_expert") is gold_expert
     with pytest.raises(ValueError, match="module:function"):
         load_expert("planner")
 
@@ -166,21 +164,23 @@ def test_behaviour_cloning_rejects_an_ema_decay_outside_0_1(tiny_model_dir: Path
 
 def test_demonstration_tasks_from_a_generator_are_fresh_training_worlds() -> None:
     from rlvr_gym_agents.config import load_config
-    from rlvr_gym_agents.stages import demonstration_tasks
+    from rlvr_gym_agents.warmstart.demonstrations import demonstration_tasks
 
     train = list(load_suite("textworld/starter-train"))[:50]
     config = load_config(None, ["env.env_id=textworld/ALFWorld-Starter-v0", "sft.num_demos=30",
                                 "sft.demo_tasks=rlvr_gym_textworld:generate_tasks"])
-    tasks = demonstration_tasks(config, train)
+    tasks = demonstration_tasks(config.sft, config.env, train)
     assert tasks is not None and len(tasks) == 30
     assert all(t.split == "train" and t.gold for t in tasks)
     # seeds continue after the train suite's, so no demonstrated world repeats one of its tasks
     assert min(t.options["seed"] for t in tasks) == 50 and not {t.id for t in tasks} & {t.id for t in train}
     test_ids = {t.id for t in load_suite("textworld/starter-test")}
     assert not {t.id for t in tasks} & test_ids
-    assert demonstration_tasks(load_config(None, ["sft.num_demos=30"]), train) is train
+    plain = load_config(None, ["sft.num_demos=30"])
+    assert demonstration_tasks(plain.sft, plain.env, train) is train
+    bad = load_config(None, ["sft.demo_tasks=generate_tasks"])
     with pytest.raises(ValueError, match="package.module:function"):
-        demonstration_tasks(load_config(None, ["sft.demo_tasks=generate_tasks"]), train)
+        demonstration_tasks(bad.sft, bad.env, train)
 
 
 def test_invalid_mistakes_are_rejected_never_imitated_and_followed_by_recovery() -> None:
@@ -235,22 +235,24 @@ def test_sft_rates_are_checked() -> None:
 
 def test_model_corpus_adds_the_failure_messages_demonstrations_never_show() -> None:
     from rlvr_gym_agents.config import load_config
-    from rlvr_gym_agents.stages import _corpus, collect_demonstrations, extra_corpus
+    from rlvr_gym_agents.warmstart.demonstrations import collect_demonstrations
+    from rlvr_gym_agents.warmstart.tiny import extra_corpus
 
     config = load_config(None, ["env.env_id=textworld/ALFWorld-Starter-v0", "model.corpus_episodes=20",
                                 "sft.expert=oracle", "sft.mistake_rate=0.25"])
-    demos = _corpus(collect_demonstrations(config, None, 20, 0))
-    assert extra_corpus(config) == []
+    demos = [text for d in collect_demonstrations(config.sft, config.env, None, 20, 0) for text in d.observations]
+    assert extra_corpus(config.model, config.env.env_id, 0) == []
     assert not any(text.startswith("There is no ") for text in demos)  # admissible mistakes never fail
-    extra = extra_corpus(load_config(None, ["env.env_id=textworld/ALFWorld-Starter-v0", "model.corpus_episodes=20",
-                                            "model.corpus=rlvr_gym_textworld:corpus_texts"]))
+    with_corpus = load_config(None, ["env.env_id=textworld/ALFWorld-Starter-v0", "model.corpus_episodes=20",
+                                     "model.corpus=rlvr_gym_textworld:corpus_texts"])
+    extra = extra_corpus(with_corpus.model, with_corpus.env.env_id, 0)
     assert any(text.startswith("There is no ") for text in extra)
     with pytest.raises(ValueError, match="model.corpus"):
-        extra_corpus(load_config(None, ["model.corpus=corpus_texts"]))
+        extra_corpus(load_config(None, ["model.corpus=corpus_texts"]).model, "x", 0)
 
 
 def test_time_fraction_only_when_the_time_cap_will_bind() -> None:
-    from rlvr_gym_agents.sft import time_fraction
+    from rlvr_gym_agents.warmstart.sft import time_fraction
 
     assert time_fraction(10.0, 0, 2000, 420.0) == 0.0  # no step yet: nothing to project
     # a slow start (0.5 s/step -> 1,000 s projected) inside the first tenth of the steps is not projected

@@ -7,7 +7,7 @@ import pytest
 import torch
 from rlvr_gym_agents.batching import pad_right, token_logprobs
 from rlvr_gym_agents.policy import TransformersPolicy
-from rlvr_gym_agents.shared_prompt import SharedPromptScorer
+from rlvr_gym_agents.update.scoring import SharedPromptScorer
 
 
 def _rows(vocab: int) -> tuple[list[list[int]], list[int]]:

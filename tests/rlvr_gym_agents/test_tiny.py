@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from rlvr_gym_agents.tiny import CHAT_TEMPLATE, build_model, build_tokenizer, check_round_trip
+from rlvr_gym_agents.warmstart.tiny import CHAT_TEMPLATE, build_model, build_tokenizer, check_round_trip
 
 
 def test_tokenizer_covers_env_text_and_round_trips() -> None:

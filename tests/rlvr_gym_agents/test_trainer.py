@@ -8,22 +8,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from rlvr_gym_agents.chat import ChatFormat
+from agent_helpers import collect_rollouts
 from rlvr_gym_agents.cli import process_start
 from rlvr_gym_agents.config import ConfigError, TrainLoopConfig, load_config
 from rlvr_gym_agents.policy import SamplingParams, TransformersPolicy
+from rlvr_gym_agents.policy.chat import ChatFormat
 from rlvr_gym_agents.rollout import Trajectory, Turn, run_episodes
+from rlvr_gym_agents.rollout.tree_sampler import TreeSampler
 from rlvr_gym_agents.run_io import load_checkpoint, save_checkpoint
-from rlvr_gym_agents.trainer import (
-    Rollouts,
-    collect_rollouts,
-    generated_tokens,
-    rl_stop_reason,
-    rollout_metrics,
-    train,
-)
-from rlvr_gym_agents.tree_sampler import TreeSampler
-from rlvr_gym_agents.update import ppo_update
+from rlvr_gym_agents.train import rl_stop_reason, rollout_metrics, train, update_config
+from rlvr_gym_agents.update.ppo import ppo_update
 
 from rlvr_gym import TaskSuite
 from rlvr_gym.failures import Failure, FailureKind
@@ -43,7 +37,7 @@ def test_one_grpo_update_changes_the_weights(tiny_policy: TransformersPolicy) ->
     before = _weights(tiny_policy.model)
     optimizer = torch.optim.AdamW(tiny_policy.model.parameters(), lr=1e-3)
     metrics = ppo_update(tiny_policy.model, optimizer, trajectories, torch.tensor([1.0, -1.0, 0.5, -0.5]),
-                         config, None, tiny_policy.pad_token_id)
+                         update_config(config), None, tiny_policy.pad_token_id)
     after = _weights(tiny_policy.model)
     assert any(not torch.equal(before[k], after[k]) for k in before)
     # first minibatch is on-policy: the ratio is 1 up to float noise
@@ -57,7 +51,7 @@ def test_zero_advantages_leave_the_weights_unchanged(tiny_policy: TransformersPo
                                 SamplingParams(max_new_tokens=4))
     before = _weights(tiny_policy.model)
     optimizer = torch.optim.SGD(tiny_policy.model.parameters(), lr=1.0)
-    ppo_update(tiny_policy.model, optimizer, trajectories, torch.zeros(2), config, None, tiny_policy.pad_token_id)
+    ppo_update(tiny_policy.model, optimizer, trajectories, torch.zeros(2), update_config(config), None, tiny_policy.pad_token_id)
     assert all(torch.equal(before[k], v) for k, v in _weights(tiny_policy.model).items())
 
 
@@ -168,15 +162,6 @@ def _trajectory(loss_mask: list[int]) -> Trajectory:
     return Trajectory("t", "testing/Echo-v0", token_ids=list(range(len(loss_mask))), loss_mask=loss_mask)
 
 
-def test_generated_tokens_of_a_step_hand_computed() -> None:
-    trajectories = [_trajectory([0, 1, 1, 0, 1]), _trajectory([0, 0, 1, 1]), _trajectory([0, 1])]
-    flat = Rollouts(trajectories, torch.zeros(3), torch.ones(3, dtype=torch.bool), {})
-    assert generated_tokens(flat) == 3 + 2 + 1
-    # a tree's shared prefix is generated once: its count is the tree metric, not the sum over leaves
-    tree = Rollouts(trajectories, torch.zeros(3, 5), torch.ones(3, dtype=torch.bool), {"tree/tokens_generated": 4})
-    assert generated_tokens(tree) == 4
-
-
 def test_tree_generated_tokens_count_shared_prefixes_once(tiny_policy: TransformersPolicy) -> None:
     config = load_config(None, ["env.env_id=testing/Echo-v0", "train.group_size=4", "rollout.max_new_tokens=4",
                                 "rollout.sampler=tree", "algorithm.credit=treerl", "rollout.tree.global_samples=1",
@@ -187,7 +172,7 @@ def test_tree_generated_tokens_count_shared_prefixes_once(tiny_policy: Transform
                                 tree_sampler=sampler)
     per_leaf = sum(t.num_generated_tokens for t in rollouts.trajectories)
     assert rollouts.metrics["tree/branches"] > 0 and rollouts.metrics["tree/flat_equivalent_tokens"] == per_leaf
-    assert generated_tokens(rollouts) == rollouts.metrics["tree/tokens_generated"] < per_leaf
+    assert rollouts.batch.tokens_generated == rollouts.metrics["tree/tokens_generated"] < per_leaf
 
 
 def _rejected_trajectory(kinds: list[str | None]) -> Trajectory:
@@ -197,13 +182,14 @@ def _rejected_trajectory(kinds: list[str | None]) -> Trajectory:
 
 def test_invalid_action_penalty_gives_all_failure_groups_a_signal(monkeypatch: pytest.MonkeyPatch,
                                                                    tiny_policy: TransformersPolicy) -> None:
-    from rlvr_gym_agents import trainer
+    from rlvr_gym_agents.credit.rewards import episode_return
+    from rlvr_gym_agents.rollout import flat
 
     # one group of two failed episodes: two rejected turns (a parse error, an invalid action) vs none
     # (a turn limit is not a rejection)
     batch = [_rejected_trajectory(["parse_error", None, "invalid_action"]), _rejected_trajectory([None, "turn_limit"])]
-    assert [trainer.rejected_turns(t) for t in batch] == [2, 0]
-    monkeypatch.setattr(trainer, "run_episodes", lambda *args, **kwargs: batch)
+    assert [episode_return(t, 1.0) for t in batch] == [-2.0, 0.0]
+    monkeypatch.setattr(flat, "run_episodes", lambda *args, **kwargs: batch)
     chat = ChatFormat(tiny_policy.tokenizer)
     plain = collect_rollouts(load_config(None, ["train.group_size=2"]), tiny_policy, chat, echo_tasks(1),
                              SamplingParams(max_new_tokens=4), 1)
@@ -212,7 +198,7 @@ def test_invalid_action_penalty_gives_all_failure_groups_a_signal(monkeypatch: p
                               tiny_policy, chat, echo_tasks(1), SamplingParams(max_new_tokens=4), 1)
     # returns -0.2 and 0.0: GRPO gives the episode with fewer rejected actions the positive advantage
     assert shaped.keep.tolist() == [True, True]
-    assert shaped.advantages[0] < 0 < shaped.advantages[1]
+    assert shaped.advantages[0, 1] < 0 < shaped.advantages[1, 1]
     assert float(shaped.advantages.sum()) == pytest.approx(0.0, abs=1e-6)
     with pytest.raises(ConfigError, match=">= 0"):
         load_config(None, ["algorithm.invalid_action_penalty=-1"])

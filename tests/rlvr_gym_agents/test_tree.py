@@ -6,12 +6,13 @@ import dataclasses
 
 import pytest
 import torch
-from rlvr_gym_agents.chat import ChatFormat
+from agent_helpers import collect_rollouts, tree_token_advantages
 from rlvr_gym_agents.config import load_config
+from rlvr_gym_agents.credit.tree import leaf_returns
 from rlvr_gym_agents.policy import SamplingParams, TransformersPolicy
+from rlvr_gym_agents.policy.chat import ChatFormat
 from rlvr_gym_agents.rollout import Turn
-from rlvr_gym_agents.trainer import collect_rollouts
-from rlvr_gym_agents.tree import RolloutTree, TreeRollout, tree_metrics
+from rlvr_gym_agents.rollout.tree import RolloutTree, TreeRollout, tree_metrics
 
 from rlvr_gym import Failure, FailureKind, Task
 
@@ -45,7 +46,7 @@ def _tree() -> RolloutTree:
 def test_leaf_trajectories_concatenate_segments() -> None:
     tree = _tree()
     assert tree.leaves() == [2, 3, 4]
-    assert tree.leaf_rewards() == {2: 1.0, 3: 0.0, 4: 0.0}
+    assert leaf_returns(tree) == {2: 1.0, 3: 0.0, 4: 0.0}
     traj = tree.trajectory(3)
     assert traj.token_ids == [7, 7, 1, 2, 9, 4, 5]
     assert traj.loss_mask == [0, 0, 1, 1, 0, 1, 1]
@@ -58,7 +59,7 @@ def test_leaf_trajectories_concatenate_segments() -> None:
 def test_gigpo_from_branch_nodes_hand_computed() -> None:
     # episode (mean-centred): [2/3, -1/3, -1/3]; anchor 0 returns [1, 0, 0] -> [2/3, -1/3, -1/3];
     # anchor 1 returns [1, 0] -> [+1/2, -1/2]
-    rows = _tree().token_advantages("gigpo", gamma=1.0, omega=1.0)
+    rows = tree_token_advantages(_tree(), "gigpo", gamma=1.0, omega=1.0)
     a, b, c = 4 / 3, 7 / 6, -2 / 3
     torch.testing.assert_close(rows[0], torch.tensor([0, 0, a, a, a, b]))
     torch.testing.assert_close(rows[1], torch.tensor([0, 0, c, c, c, -5 / 6, -5 / 6]))
@@ -67,20 +68,20 @@ def test_gigpo_from_branch_nodes_hand_computed() -> None:
 
 def test_gigpo_with_omega_zero_is_mean_centred_soft_credit() -> None:
     tree = _tree()
-    gigpo = tree.token_advantages("gigpo", gamma=1.0, omega=0.0)
-    soft = tree.token_advantages("soft", estimator="drgrpo")
+    gigpo = tree_token_advantages(tree, "gigpo", gamma=1.0, omega=0.0)
+    soft = tree_token_advantages(tree, "soft", estimator="drgrpo")
     for g, s in zip(gigpo, soft, strict=True):
         torch.testing.assert_close(g, s)
-    with pytest.raises(ValueError, match="unknown tree credit mode"):
-        tree.token_advantages("nope")
+    with pytest.raises(ValueError, match="algorithm.credit must be one of"):
+        tree_token_advantages(tree, "nope")
 
 
 def test_gigpo_std_norm_with_omega_zero_is_grpo_soft_credit() -> None:
     tree = _tree()
-    scaled = tree.token_advantages("gigpo", gamma=1.0, omega=0.0, std_norm=True)
-    for g, s in zip(scaled, tree.token_advantages("soft", estimator="grpo"), strict=True):
+    scaled = tree_token_advantages(tree, "gigpo", gamma=1.0, omega=0.0, std_norm=True)
+    for g, s in zip(scaled, tree_token_advantages(tree, "soft", estimator="grpo"), strict=True):
         torch.testing.assert_close(g, s)
-    assert not torch.allclose(scaled[0], tree.token_advantages("gigpo", gamma=1.0, omega=0.0)[0])
+    assert not torch.allclose(scaled[0], tree_token_advantages(tree, "gigpo", gamma=1.0, omega=0.0)[0])
 
 
 def _tree_with_rejected_leaf() -> RolloutTree:
@@ -94,12 +95,12 @@ def _tree_with_rejected_leaf() -> RolloutTree:
 
 def test_invalid_action_penalty_lowers_the_rejected_turns_return() -> None:
     tree = _tree_with_rejected_leaf()
-    assert tree.leaf_rewards() == {2: 1.0, 3: 0.0, 4: 0.0}
-    assert tree.leaf_rewards(0.5) == {2: 1.0, 3: -0.5, 4: 0.0}
+    assert leaf_returns(tree) == {2: 1.0, 3: 0.0, 4: 0.0}
+    assert leaf_returns(tree, 0.5) == {2: 1.0, 3: -0.5, 4: 0.0}
     assert tree.trajectory(3).reward == 0.0  # the trajectory keeps the env's reward; only credit sees the penalty
     # soft, mean-centred: returns [1, -0.5, 0], mean 1/6
     a, b, c = 5 / 6, -2 / 3, -1 / 6
-    rows = tree.token_advantages("soft", estimator="drgrpo", invalid_action_penalty=0.5)
+    rows = tree_token_advantages(tree, "soft", estimator="drgrpo", invalid_action_penalty=0.5)
     torch.testing.assert_close(rows[0], torch.tensor([0, 0, a, a, a, a]))
     torch.testing.assert_close(rows[1], torch.tensor([0, 0, b, b, b, b, b]))
     torch.testing.assert_close(rows[2], torch.tensor([0, 0, c]))
@@ -108,12 +109,12 @@ def test_invalid_action_penalty_lowers_the_rejected_turns_return() -> None:
 def test_invalid_action_penalty_enters_gigpo_step_returns() -> None:
     # episode advantages [5/6, -2/3, -1/6] (as above); anchor 0 returns-to-go [1, -0.5, 0] -> the same;
     # anchor 1 (node 1) returns [1, -0.5] -> [+0.75, -0.75]
-    rows = _tree_with_rejected_leaf().token_advantages("gigpo", gamma=1.0, omega=1.0, invalid_action_penalty=0.5)
+    rows = tree_token_advantages(_tree_with_rejected_leaf(), "gigpo", gamma=1.0, omega=1.0, invalid_action_penalty=0.5)
     torch.testing.assert_close(rows[0], torch.tensor([0, 0, 5 / 3, 5 / 3, 5 / 3, 19 / 12]))
     torch.testing.assert_close(rows[1], torch.tensor([0, 0, -4 / 3, -4 / 3, -4 / 3, -17 / 12, -17 / 12]))
     torch.testing.assert_close(rows[2], torch.tensor([0, 0, -1 / 3]))
-    unpenalised = _tree_with_rejected_leaf().token_advantages("gigpo", gamma=1.0, omega=1.0)
-    for row, expected in zip(unpenalised, _tree().token_advantages("gigpo", gamma=1.0, omega=1.0), strict=True):
+    unpenalised = tree_token_advantages(_tree_with_rejected_leaf(), "gigpo", gamma=1.0, omega=1.0)
+    for row, expected in zip(unpenalised, tree_token_advantages(_tree(), "gigpo", gamma=1.0, omega=1.0), strict=True):
         torch.testing.assert_close(row, expected)
 
 
@@ -124,7 +125,7 @@ class _FixedTreeSampler:
         self.tree, self.num_calls = tree, 0
 
     def sample(self, tasks: list[Task], sampling: SamplingParams) -> TreeRollout:
-        return TreeRollout([self.tree], {})
+        return TreeRollout([self.tree], tree_metrics([self.tree], [1], [0]))
 
 
 def test_trainer_passes_the_invalid_action_penalty_to_tree_credit(tiny_policy: TransformersPolicy) -> None:

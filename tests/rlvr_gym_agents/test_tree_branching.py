@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from rlvr_gym_agents.tree_branching import (
+from rlvr_gym_agents.rollout.branching import (
     BranchConfig,
     BranchState,
     branch_probability,
@@ -74,7 +74,7 @@ def test_branch_state_is_fresh_per_call() -> None:
 
 
 def test_fallback_branch_points_rank_boundaries_by_entropy_rise_minus_penalty() -> None:
-    from rlvr_gym_agents.tree import RolloutTree
+    from rlvr_gym_agents.rollout.tree import RolloutTree
 
     from rlvr_gym import Task
 
@@ -94,7 +94,7 @@ def test_fallback_branch_points_rank_boundaries_by_entropy_rise_minus_penalty() 
 
 
 def test_surprisal_fallback_ranks_boundaries_by_the_least_likely_next_action() -> None:
-    from rlvr_gym_agents.tree import RolloutTree
+    from rlvr_gym_agents.rollout.tree import RolloutTree
 
     from rlvr_gym import Task
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from rlvr_gym_agents.tree_credit import (
+from rlvr_gym_agents.credit.tree_values import (
     leaf_paths,
     leaf_token_advantages,
     node_advantages,

@@ -7,13 +7,14 @@ from typing import Any
 
 import pytest
 import torch
-from rlvr_gym_agents.advantages import group_advantages
-from rlvr_gym_agents.chat import ChatFormat
+from agent_helpers import training_batch, tree_token_advantages
+from rlvr_gym_agents.credit.estimators import group_advantages
 from rlvr_gym_agents.policy import SamplingParams, TransformersPolicy
-from rlvr_gym_agents.tiny import build_model, build_tokenizer
-from rlvr_gym_agents.tree import RolloutTree
-from rlvr_gym_agents.tree_branching import BranchConfig
-from rlvr_gym_agents.tree_sampler import TreeSampler, TreeSamplerConfig
+from rlvr_gym_agents.policy.chat import ChatFormat
+from rlvr_gym_agents.rollout.branching import BranchConfig
+from rlvr_gym_agents.rollout.tree import RolloutTree
+from rlvr_gym_agents.rollout.tree_sampler import TreeSampler, TreeSamplerConfig
+from rlvr_gym_agents.warmstart.tiny import build_model, build_tokenizer
 
 from rlvr_gym import Env, StepResult
 from rlvr_gym.testing.toy import WORDS, EchoEnv, echo_tasks
@@ -168,7 +169,7 @@ def test_pre_monitoring_keeps_budget(tokenizer: Any) -> None:
 @pytest.mark.parametrize("mode", ["soft", "treerl", "local", "global", "arpo_hard", "treepo", "gigpo"])
 def test_token_advantages_align_with_trajectories(tokenizer: Any, mode: str) -> None:
     tree = _sample(tokenizer, ALWAYS)[0]
-    advantages = tree.token_advantages(mode)
+    advantages = tree_token_advantages(tree, mode)
     for traj, adv in zip(tree.trajectories(), advantages, strict=True):
         assert adv.shape == (len(traj.token_ids),)
         assert torch.all(adv[: traj.prompt_length] == 0)
@@ -202,7 +203,7 @@ def test_training_batch_soft_credit_equals_flat_group_advantages(tokenizer: Any)
         env_factory=lambda env_id, **kw: ScoredEcho(**kw),
     )
     rollout = sampler.sample(echo_tasks(2), SAMPLING)
-    trajectories, token_adv = rollout.training_batch("soft", "grpo")
+    trajectories, token_adv = training_batch(rollout, "soft", "grpo")
     assert [t.group for t in trajectories] == [0, 0, 0, 0, 1, 1, 1, 1]
     rewards = torch.tensor([t.reward for t in trajectories])
     assert len(set(rewards.tolist())) > 1

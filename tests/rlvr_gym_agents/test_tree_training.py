@@ -9,15 +9,16 @@ from typing import Any
 
 import pytest
 import torch
-from rlvr_gym_agents.advantages import group_advantages, nonzero_variance_groups
-from rlvr_gym_agents.chat import ChatFormat
+from agent_helpers import collect_rollouts
 from rlvr_gym_agents.cli import train_main
 from rlvr_gym_agents.config import ConfigError, load_config
+from rlvr_gym_agents.credit.estimators import group_advantages, nonzero_variance_groups
 from rlvr_gym_agents.policy import SamplingParams, TransformersPolicy
+from rlvr_gym_agents.policy.chat import ChatFormat
 from rlvr_gym_agents.rollout import run_episodes
-from rlvr_gym_agents.trainer import collect_rollouts, train
-from rlvr_gym_agents.tree_sampler import TreeSampler
-from rlvr_gym_agents.update import ppo_update
+from rlvr_gym_agents.rollout.tree_sampler import TreeSampler
+from rlvr_gym_agents.train import train, update_config
+from rlvr_gym_agents.update.ppo import ppo_update
 
 from rlvr_gym.testing.toy import echo_tasks
 
@@ -72,8 +73,12 @@ def test_flat_collect_rollouts_gives_one_group_advantage_per_episode(tiny_policy
     groups = torch.arange(3).repeat_interleave(4)
     assert [t.group for t in rollouts.trajectories] == groups.tolist()
     rewards = torch.tensor([t.reward for t in rollouts.trajectories])
-    assert rollouts.advantages.shape == (12,)
-    assert torch.allclose(rollouts.advantages, group_advantages(rewards, groups, "grpo"))
+    per_episode = group_advantages(rewards, groups, "grpo")
+    assert rollouts.advantages.shape == (12, max(len(t.token_ids) for t in rollouts.trajectories))
+    for row, trajectory, value in zip(rollouts.advantages, rollouts.trajectories, per_episode, strict=True):
+        # the episode's advantage on every id after the prompt, 0 on the prompt and the padding
+        expected = [0.0] * trajectory.prompt_length + [float(value)] * (len(trajectory.token_ids) - trajectory.prompt_length)
+        assert torch.allclose(row[: len(expected)], torch.tensor(expected)) and not row[len(expected):].any()
     assert torch.equal(rollouts.keep, nonzero_variance_groups(rewards, groups)) and rollouts.metrics == {}
 
 
@@ -120,7 +125,7 @@ def test_per_token_advantages_give_the_same_update_as_per_episode_ones(tiny_mode
             advantages = advantages[:, None].expand(4, max(len(t.token_ids) for t in trajectories) + 3).clone()
         torch.manual_seed(0)  # the minibatch order
         optimizer = torch.optim.SGD(policy.model.parameters(), lr=1e-2)
-        ppo_update(policy.model, optimizer, trajectories, advantages, config, None, policy.pad_token_id)
+        ppo_update(policy.model, optimizer, trajectories, advantages, update_config(config), None, policy.pad_token_id)
         weights.append({k: v.detach().clone() for k, v in policy.model.state_dict().items()})
     assert all(torch.allclose(weights[0][k], weights[1][k], atol=1e-6) for k in weights[0])
 
@@ -130,7 +135,7 @@ def test_per_token_tree_credit_trains(tiny_policy: TransformersPolicy, credit: s
     config, rollouts = _tree_rollouts(tiny_policy, credit)
     assert rollouts.advantages.shape[0] == 8 and torch.isfinite(rollouts.advantages).all()
     optimizer = torch.optim.AdamW(tiny_policy.model.parameters(), lr=1e-3)
-    metrics = ppo_update(tiny_policy.model, optimizer, rollouts.trajectories, rollouts.advantages, config, None,
+    metrics = ppo_update(tiny_policy.model, optimizer, rollouts.trajectories, rollouts.advantages, update_config(config), None,
                          tiny_policy.pad_token_id)
     assert torch.isfinite(torch.tensor(metrics["loss"]))
 

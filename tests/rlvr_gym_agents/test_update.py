@@ -10,7 +10,8 @@ from rlvr_gym_agents.batching import length_micro_batches, pad_left
 from rlvr_gym_agents.config import load_config
 from rlvr_gym_agents.policy import TransformersPolicy
 from rlvr_gym_agents.rollout import Trajectory
-from rlvr_gym_agents.update import ppo_update
+from rlvr_gym_agents.train import update_config
+from rlvr_gym_agents.update.ppo import ppo_update
 
 
 def _weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -65,7 +66,7 @@ def test_micro_batches_give_the_same_update_as_one_padded_pass(tiny_policy: Tran
         config = load_config(None, ["algorithm.epochs=1", "algorithm.num_minibatches=1",
                                     f"algorithm.micro_batch_tokens={budget}", *overrides])
         optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
-        metrics = ppo_update(model, optimizer, trajectories, advantages, config,
+        metrics = ppo_update(model, optimizer, trajectories, advantages, update_config(config),
                              reference if config.algorithm.loss.kl_coef > 0 else None, tiny_policy.pad_token_id)
         results.append((_weights(model), metrics))
     (whole, whole_metrics), (split, split_metrics) = results

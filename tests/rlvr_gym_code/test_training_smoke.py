@@ -11,8 +11,8 @@ import pytest
 from rlvr_gym import TaskSuite, load_suite, spec
 
 config_module = pytest.importorskip("rlvr_gym_agents.config")
-trainer = pytest.importorskip("rlvr_gym_agents.trainer")
-tiny = pytest.importorskip("rlvr_gym_agents.tiny")
+trainer = pytest.importorskip("rlvr_gym_agents.train")
+tiny = pytest.importorskip("rlvr_gym_agents.warmstart.tiny")
 
 RECIPE = Path(__file__).resolve().parents[2] / "agents" / "recipes" / "qwen2.5-0.5b-humaneval.yaml"
 

@@ -11,7 +11,7 @@ import pytest
 from rlvr_gym import load_suite, spec
 
 config_module = pytest.importorskip("rlvr_gym_agents.config")
-sft = pytest.importorskip("rlvr_gym_agents.sft")
+sft = pytest.importorskip("rlvr_gym_agents.warmstart.sft")
 
 RECIPES = Path(__file__).resolve().parents[2] / "agents" / "recipes"
 
@@ -50,7 +50,7 @@ def test_tools_tree_recipe_runs_one_step(tmp_path: Path) -> None:
         "eval.num_tasks=2", "eval.k=1", "env.max_turns=4", f"output.dir={tmp_path / 'run'}",
         "output.progress=false", "output.tensorboard=false",
     ]  # fmt: skip
-    trainer = pytest.importorskip("rlvr_gym_agents.trainer")
+    trainer = pytest.importorskip("rlvr_gym_agents.train")
     result = trainer.train(config_module.load_config(RECIPES / "tools-tree.yaml", overrides))
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     step = next(r for r in records if r["phase"] == "rl")

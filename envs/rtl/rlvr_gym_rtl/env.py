@@ -127,7 +127,7 @@ class VerilogEnv(Env):
 
     def oracle_action(self) -> str:
         """The reference design renamed to ``TopModule``, as an answer: a pass in one submission (for
-        demonstrations and warm starts; see ``rlvr_gym_agents.sft``).
+        demonstrations and warm starts; see ``rlvr_gym_agents.warmstart.sft``).
 
         Raises:
             RuntimeError: before :meth:`reset`.

@@ -1,4 +1,4 @@
-"""Evaluating a policy on held-out tasks with the core metrics, and a :class:`BatchAgent` over a policy.
+"""Held-out evaluation of a policy with the core metrics, and the model agent of ``rlvr-gym eval``.
 
 :func:`evaluate_policy` runs token-in/token-out rollouts (KV cache reused) and turns them into
 :class:`rlvr_gym.evaluation.EpisodeRecord` s summarised by :func:`rlvr_gym.evaluation.summarize`, so its
@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import rlvr_gym
 from rlvr_gym import Env, Failure, Task
 from rlvr_gym.evaluation import EpisodeRecord, summarize
-from rlvr_gym_agents.chat import ChatFormat
 from rlvr_gym_agents.policy import Policy, SamplingParams, TransformersPolicy
+from rlvr_gym_agents.policy.chat import ChatFormat
 from rlvr_gym_agents.rollout import Trajectory, run_episodes
+
+if TYPE_CHECKING:
+    from rlvr_gym_agents.config import EvalConfig
+    from rlvr_gym_agents.console import Console
 
 
 def trajectory_record(trajectory: Trajectory, sample: int, elapsed_s: float = 0.0,
@@ -115,3 +119,36 @@ def load_agent(spec: str, temperature: float = 1.0, top_p: float = 1.0, max_new_
     policy = TransformersPolicy.from_pretrained(spec, device=device, seed=seed)
     sampling = SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
     return PolicyAgent(policy, ChatFormat(policy.tokenizer, system_prompt=system_prompt), sampling)
+
+
+def evaluate_both(config: EvalConfig, max_new_tokens: int, max_turns: int | None, policy: Policy, chat: ChatFormat,
+                  tasks: list[Task], console: Console, label: str,
+                  env_factory: Callable[..., Env] = rlvr_gym.make) -> dict[str, Any]:
+    """Held-out evaluation: ``config.k`` samples per task at ``config.temperature``, and greedy pass@1 (``greedy``).
+
+    Envs come from ``env_factory`` (default :func:`rlvr_gym.make`; the trainer passes its env pool's ``make``);
+    ``max_new_tokens`` per turn and ``max_turns`` (None: the env's limit) as in training.
+
+    Returns:
+        ``pass@1_sampled``, ``pass@{k}_sampled``, ``pass@1_greedy`` (None when off), ``mean_turns``,
+        ``num_tasks``, ``k``, ``elapsed_s`` (wall seconds) and the full sampled/greedy metrics under ``sampled`` /
+        ``greedy``.
+    """
+    k, max_new = config.k, max_new_tokens
+    began = time.monotonic()
+    with console.status(f"evaluating {label}: {len(tasks)} tasks x {k} samples + greedy"):
+        sampled, _ = evaluate_policy(policy, chat, tasks, k, SamplingParams(config.temperature, 1.0, max_new),
+                                     env_factory=env_factory, max_turns=max_turns)
+        greedy = None
+        if config.greedy:
+            greedy, _ = evaluate_policy(policy, chat, tasks, 1, SamplingParams(0.0, 1.0, max_new),
+                                        env_factory=env_factory, max_turns=max_turns)
+    result = {
+        "pass@1_sampled": sampled["pass@1"], f"pass@{k}_sampled": sampled[f"pass@{k}"],
+        "pass@1_greedy": greedy["pass@1"] if greedy else None, "mean_turns_sampled": sampled["mean_turns"],
+        "num_tasks": len(tasks), "k": k, "process_cpu_s": time.process_time(), "elapsed_s": time.monotonic() - began,
+        "sampled": sampled, "greedy": greedy,
+    }
+    console.note(f"{label}: pass@1 sampled {result['pass@1_sampled']:.3f}, pass@{k} {result[f'pass@{k}_sampled']:.3f}"
+                 + (f", greedy {result['pass@1_greedy']:.3f}" if greedy else ""))
+    return result

@@ -19,24 +19,9 @@ from collections.abc import Hashable, Sequence
 import torch
 from torch import Tensor
 
-from rlvr_gym import FailureKind
-from rlvr_gym_agents.advantages import gigpo_advantages
-from rlvr_gym_agents.rollout import Trajectory, Turn
-
-FLAT_CREDIT_MODES = ("soft", "gigpo")
-"""``soft``: one group advantage per episode (GRPO and kin); ``gigpo``: episode + step advantages per turn."""
-
-REJECTED = (FailureKind.PARSE_ERROR, FailureKind.INVALID_ACTION)
-
-
-def rejected(turn: Turn) -> bool:
-    """True when the env rejected the turn's action (a parse error or an invalid action)."""
-    return turn.failure is not None and turn.failure.kind in REJECTED
-
-
-def rejected_turns(trajectory: Trajectory) -> int:
-    """The number of turns whose action the env rejected."""
-    return sum(rejected(turn) for turn in trajectory.turns)
+from rlvr_gym_agents.credit.estimators import gigpo_advantages
+from rlvr_gym_agents.credit.rewards import turn_reward
+from rlvr_gym_agents.rollout.types import Trajectory, Turn
 
 
 def anchor_key(turn: Turn) -> Hashable:
@@ -54,7 +39,7 @@ def gigpo_token_advantages(
     """Per-token GiGPO advantages of flat episodes, one row per trajectory (``Trajectory.group`` = the group).
 
     Each turn's step reward is the env's reward minus ``invalid_action_penalty`` when the env rejected the
-    action; :func:`rlvr_gym_agents.advantages.gigpo_advantages` turns them into A = A^E + omega * A^S per turn,
+    action; :func:`rlvr_gym_agents.credit.estimators.gigpo_advantages` turns them into A = A^E + omega * A^S per turn,
     and every generated token of the turn gets its turn's advantage.
 
     Args:
@@ -70,7 +55,7 @@ def gigpo_token_advantages(
     rewards, traj, groups, keys, spans = [], [], [], [], []
     for row, trajectory in enumerate(trajectories):
         for turn in trajectory.turns:
-            rewards.append(turn.reward - invalid_action_penalty * rejected(turn))
+            rewards.append(turn_reward(turn, invalid_action_penalty))
             traj.append(row)
             groups.append(trajectory.group)
             keys.append(anchor_key(turn))

@@ -1,12 +1,12 @@
 """The policy update of the GRPO-family trainer: clipped policy-gradient steps on a batch of trajectories.
 
 :func:`ppo_update` turns a batch of trajectories and their advantages into ``epochs`` x ``num_minibatches``
-optimizer steps of :func:`rlvr_gym_agents.losses.policy_loss`. Each mini-batch runs its distinct prompts once
-(:class:`~rlvr_gym_agents.shared_prompt.SharedPromptScorer`; a GRPO group's episodes share one) and cuts the
-continuations into length-sorted micro-batches of at most ``algorithm.micro_batch_tokens`` padded tokens
+optimizer steps of :func:`rlvr_gym_agents.update.losses.policy_loss`. Each mini-batch runs its distinct prompts once
+(:class:`~rlvr_gym_agents.update.scoring.SharedPromptScorer`; a GRPO group's episodes share one) and cuts the
+continuations into length-sorted micro-batches of at most ``micro_batch_tokens`` padded tokens
 whose gradients are accumulated; the counts and entropy statistics every loss term divides by come from the
 whole mini-batch
-(:func:`~rlvr_gym_agents.losses.batch_stats`), so the step does not depend on the split
+(:func:`~rlvr_gym_agents.update.losses.batch_stats`), so the step does not depend on the split
 (``shared/reference/algorithms.md`` §5.8).
 """
 
@@ -18,21 +18,38 @@ import time
 import numpy as np
 import torch
 
-from rlvr_gym_agents.advantages import broadcast_to_tokens
 from rlvr_gym_agents.batching import pad_right
-from rlvr_gym_agents.config import TrainConfig
-from rlvr_gym_agents.losses import BatchStats, LossConfig, batch_stats, policy_loss
-from rlvr_gym_agents.rollout import Trajectory
-from rlvr_gym_agents.shared_prompt import SharedPromptScorer
+from rlvr_gym_agents.credit.estimators import broadcast_to_tokens
+from rlvr_gym_agents.rollout.types import Trajectory
+from rlvr_gym_agents.update.losses import BatchStats, LossConfig, batch_stats, policy_loss
+from rlvr_gym_agents.update.scoring import SharedPromptScorer
+
+
+@dataclasses.dataclass
+class UpdateConfig:
+    """What the update reads (built from the recipe's ``algorithm``, ``rollout`` and ``train`` sections)."""
+
+    epochs: int = 2
+    """Passes over each batch of rollouts."""
+    num_minibatches: int = 2
+    """Optimizer steps per epoch."""
+    micro_batch_tokens: int | None = 4096
+    """Padded continuation tokens per forward/backward pass (None: one pass per mini-batch)."""
+    loss: LossConfig = dataclasses.field(default_factory=LossConfig)
+    """The policy loss."""
+    temperature: float = 1.0
+    """The rollouts' sampling temperature: log-probs are recomputed under the same distribution."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping (global L2 norm)."""
 
 
 def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, trajectories: list[Trajectory],
-               advantages: torch.Tensor, config: TrainConfig, ref_model: torch.nn.Module | None,
+               advantages: torch.Tensor, config: UpdateConfig, ref_model: torch.nn.Module | None,
                pad_token_id: int) -> dict[str, float]:
     """``epochs`` x ``num_minibatches`` clipped policy-gradient steps on a batch of trajectories.
 
     Each mini-batch's distinct prompts run once (``SharedPromptScorer``); its continuations are split into
-    length-sorted micro-batches of at most ``algorithm.micro_batch_tokens`` padded tokens
+    length-sorted micro-batches of at most ``micro_batch_tokens`` padded tokens
     (:func:`~rlvr_gym_agents.batching.length_micro_batches`); their gradients are accumulated into one
     optimizer step. Every micro-batch's loss is a summand of the mini-batch loss (counts and entropy statistics
     from the whole mini-batch, ``losses.batch_stats``), so the step does not depend on the split.
@@ -47,30 +64,30 @@ def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, traject
         micro-batches; ratio and clip fractions: token-weighted means), plus ``grad_norm`` and
         ``train_tokens_per_s`` (real, unpadded tokens).
     """
-    algorithm, temperature = config.algorithm, config.rollout.temperature
+    temperature = config.temperature
     batch = _UpdateBatch.build(trajectories, advantages, pad_token_id)
-    loss_config = algorithm.loss
+    loss_config = config.loss
     if loss_config.aggregation == "seq_mean_token_sum_norm" and loss_config.loss_scale_factor is None:
         # Dr. GRPO's constant: the batch's padded length, whatever the micro-batches are cropped to.
         loss_config = dataclasses.replace(loss_config, loss_scale_factor=float(batch.ids.shape[1]))
     if ref_model is not None:
         with torch.no_grad():
-            batch.ref_logp = _score(ref_model, batch, torch.arange(len(trajectories)), algorithm.micro_batch_tokens,
+            batch.ref_logp = _score(ref_model, batch, torch.arange(len(trajectories)), config.micro_batch_tokens,
                                     temperature, with_entropy=False)[0]
     model.train()
     history: list[dict[str, float]] = []
     began = time.monotonic()
-    for _ in range(algorithm.epochs):
-        for rows in torch.randperm(len(trajectories)).chunk(min(algorithm.num_minibatches, len(trajectories))):
+    for _ in range(config.epochs):
+        for rows in torch.randperm(len(trajectories)).chunk(min(config.num_minibatches, len(trajectories))):
             optimizer.zero_grad(set_to_none=True)
-            step_metrics = _accumulate_gradients(model, batch, rows, loss_config, algorithm.micro_batch_tokens,
+            step_metrics = _accumulate_gradients(model, batch, rows, loss_config, config.micro_batch_tokens,
                                                  temperature)
             step_metrics["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(model.parameters(),
-                                                                             config.train.max_grad_norm))
+                                                                             config.max_grad_norm))
             optimizer.step()
             history.append(step_metrics)
     means = {key: float(np.mean([h[key] for h in history if key in h])) for key in history[0]}
-    tokens = algorithm.epochs * sum(batch.lengths)
+    tokens = config.epochs * sum(batch.lengths)
     means["train_tokens_per_s"] = tokens / max(time.monotonic() - began, 1e-9)
     return means
 

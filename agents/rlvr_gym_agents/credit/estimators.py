@@ -13,7 +13,7 @@ is not centred and silently turns the update into REINFORCE without a baseline).
 
 Turn-level credit (GiGPO anchor groups, returns-to-go with a baseline that stays unbiased when the policy
 chooses when to stop) and DAPO's reward shaping / dynamic sampling live here too; tree credit lives in
-:mod:`rlvr_gym_agents.tree_credit`. Formulas are specified in ``shared/reference/algorithms.md`` §3, §5, §8.
+:mod:`rlvr_gym_agents.credit.tree_values`. Formulas are specified in ``shared/reference/algorithms.md`` §3, §5, §8.
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ def broadcast_to_tokens(advantages: Tensor, mask: Tensor) -> Tensor:
 
     Args:
         advantages: one per trajectory, shape (B,); or already per token (tree / turn-level credit, e.g.
-            :meth:`rlvr_gym_agents.tree_sampler.TreeRollout.training_batch` padded to (B, T)), shape (B, T).
+            :meth:`rlvr_gym_agents.rollout.tree_sampler.TreeRollout.training_batch` padded to (B, T)), shape (B, T).
         mask: (B, T), 1 on trained tokens.
 
     Raises:

@@ -1,12 +1,12 @@
-"""Policies: batched token-in/token-out generation with log-probs, entropies and a reusable KV cache.
+"""The transformers engine: batched token-in/token-out generation with log-probs, entropies and a reusable KV cache.
 
 A policy maps a batch of token-id contexts to generated token ids. It never sees text: chat formatting and
-tokenisation live in :mod:`rlvr_gym_agents.chat`, so the ids trained on are exactly the ids generated.
+tokenisation live in :mod:`rlvr_gym_agents.policy.chat`, so the ids trained on are exactly the ids generated.
 
 Multi-turn rollouts append an observation after every turn. :class:`TransformersPolicy` keeps the key/value
 cache of each row between calls (:class:`KVState`), so each turn only runs the model over the new tokens
 (the calibration run measured 3.3x faster rollouts with identical trajectories). The cache appends in place
-(:class:`~rlvr_gym_agents.kv_cache.GrowableCache`), and rows that start from identical ids (a GRPO group's
+(:class:`~rlvr_gym_agents.policy.kv.GrowableCache`), and rows that start from identical ids (a GRPO group's
 prompt) are prefilled once: together 1.2x faster rollouts of the quickstart's 8 x 8 batch, same ids
 (``benchmarks/shared_prompt_speed.py``). Rows of one batch have
 different lengths; new tokens are left-padded and the padding stays in the cache as masked "holes", with
@@ -18,141 +18,17 @@ Branching (tree rollouts): ``state.select([0, 0, 1])`` returns a new state whose
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
 from rlvr_gym_agents.batching import pad_left
-from rlvr_gym_agents.kv_cache import GrowableCache, cache_kwarg, returned_cache
-
-
-@dataclasses.dataclass(frozen=True)
-class SamplingParams:
-    """How to sample one turn.
-
-    Attributes:
-        temperature: softmax temperature; 0 means greedy (argmax).
-        top_p: nucleus sampling mass in (0, 1]; 1 disables it.
-        max_new_tokens: the most tokens generated per row in one call.
-    """
-
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_new_tokens: int = 32
-
-    def __post_init__(self) -> None:
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-
-
-@dataclasses.dataclass
-class Generation:
-    """What one row generated in one call.
-
-    Attributes:
-        token_ids: generated ids, ending with the stop token when ``finish_reason == "stop"``.
-        logps: log-probability of each generated id under the temperature-scaled distribution
-            (the distribution the trainer recomputes), one per id.
-        entropies: entropy in nats of the full temperature-scaled next-token distribution, one per id.
-        finish_reason: ``"stop"`` (a stop token was generated) or ``"length"`` (``max_new_tokens`` reached).
-    """
-
-    token_ids: list[int]
-    logps: list[float]
-    entropies: list[float]
-    finish_reason: str
-
-
-@runtime_checkable
-class Policy(Protocol):
-    """What rollouts need from a policy (transformers here; :mod:`rlvr_gym_agents.vllm_policy` on GPUs).
-
-    ``generate(token_ids, sampling, state=None)``: with ``state=None`` each row of ``token_ids`` is a full
-    context; with a state returned by an earlier call, each row holds only the ids to append to that row
-    (the state's rows and ``token_ids`` rows align). Returns the generations and the new state, which
-    covers every context id and every generated id.
-    """
-
-    stop_token_ids: frozenset[int]
-    max_context_tokens: int
-
-    def generate(
-        self, token_ids: Sequence[Sequence[int]], sampling: SamplingParams, state: Any | None = None
-    ) -> tuple[list[Generation], Any]:
-        """Generates one turn per row; see the class docstring."""
-        ...
-
-
-class KVState:
-    """The key/value cache of a batch of rows, with the holes left by padding.
-
-    Attributes:
-        cache: the transformers cache (B rows, L slots).
-        attention_mask: (B, L) long, 1 on real tokens, 0 on holes.
-        next_position: (B,) long, the position id the next real token of each row gets.
-        pending: per row, ids already in the context but not yet run through the model (the last sampled id).
-    """
-
-    def __init__(self, cache: Any, attention_mask: torch.Tensor, next_position: torch.Tensor,
-                 pending: list[list[int]]) -> None:
-        self.cache, self.attention_mask, self.next_position, self.pending = cache, attention_mask, next_position, pending
-
-    @classmethod
-    def empty(cls, batch_size: int, device: torch.device) -> KVState:
-        """A state with no context for ``batch_size`` rows."""
-        return cls(GrowableCache(), torch.zeros(batch_size, 0, dtype=torch.long, device=device),
-                   torch.zeros(batch_size, dtype=torch.long, device=device), [[] for _ in range(batch_size)])
-
-    def __len__(self) -> int:
-        return len(self.pending)
-
-    def context_lengths(self) -> list[int]:
-        """Number of context ids per row (fed and pending)."""
-        return [int(n) + len(p) for n, p in zip(self.next_position.tolist(), self.pending)]
-
-    def compact(self, min_saving: float = 0.1) -> KVState:
-        """Drops the holes in place: each row's real slots move, in order, to the right end of a cache as wide as
-        the longest row (left-padded), when that removes at least ``min_saving`` of the slots.
-
-        Holes build up from the left padding of every fed chunk and from rows that stop generating before the
-        others (~38% of the slots after ten text-world turns); attention and the cache's append both cost in
-        proportion to the width. Positions are explicit (``next_position``), so no row's attention changes.
-        Not for states a tree sampler rewinds by slot count (:mod:`rlvr_gym_agents.tree_kv`).
-
-        Returns:
-            ``self``.
-        """
-        mask = self.attention_mask.bool()
-        width = int(mask.sum(dim=1).max()) if mask.numel() else 0
-        if mask.shape[1] == 0 or width > (1.0 - min_saving) * mask.shape[1]:
-            return self
-        # A stable sort of "is real" puts the holes first and keeps the real slots in order.
-        index = torch.sort(mask.to(torch.int8), dim=1, stable=True).indices[:, -width:]
-        for layer in self.cache.layers:
-            slots = index[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3])
-            layer.keys, layer.values = layer.keys.gather(2, slots), layer.values.gather(2, slots)
-        self.attention_mask = self.attention_mask.gather(1, index)
-        return self
-
-    def select(self, rows: Sequence[int]) -> KVState:
-        """Returns a new state made of copies of ``rows`` (repeats allowed: branching from a prefix)."""
-        index = torch.as_tensor(list(rows), dtype=torch.long, device=self.attention_mask.device)
-        cache = copy.copy(self.cache)
-        cache.layers = [copy.copy(layer) for layer in self.cache.layers]
-        if self.attention_mask.shape[1] > 0:
-            cache.batch_select_indices(index)
-        return KVState(cache, self.attention_mask[index], self.next_position[index],
-                       [list(self.pending[r]) for r in rows])
+from rlvr_gym_agents.policy.base import Generation, SamplingParams
+from rlvr_gym_agents.policy.kv import KVState, cache_kwarg, returned_cache
 
 
 class TransformersPolicy:

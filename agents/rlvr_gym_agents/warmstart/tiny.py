@@ -13,10 +13,17 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+from rlvr_gym import Task
+from rlvr_gym_agents.warmstart.demonstrations import collect_demonstrations, import_callable
+
+if TYPE_CHECKING:
+    from rlvr_gym_agents.config import EnvConfig, ModelConfig, SFTConfig
 
 PAD, UNK, SYSTEM, USER, ASSISTANT, END = "<pad>", "<unk>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"
 SPECIAL_TOKENS = [PAD, UNK, SYSTEM, USER, ASSISTANT, END]
@@ -113,3 +120,33 @@ def check_round_trip(tokenizer: PreTrainedTokenizerFast, texts: Iterable[str]) -
         again = tokenizer(tokenizer.decode(ids), add_special_tokens=False)["input_ids"]
         if again != ids:
             raise ValueError(f"ids of {text!r} do not round-trip: {ids} -> {again}")
+
+
+def build_tiny_policy(model: ModelConfig, sft: SFTConfig, env: EnvConfig, seed: int, train_tasks: list[Task] | None,
+                      test_tasks: list[Task], out_dir: str | Path) -> Path:
+    """Builds the tiny tokenizer and model into ``out_dir`` from the env's text.
+
+    The tokenizer is trained on the text of expert episodes (with admissible mistakes) on training tasks and on
+    the held-out tasks, plus ``model.corpus``'s texts (the env's failure messages, which admissible actions never
+    produce): the vocabulary must cover every word the agent can see; only the text is used, no held-out episode
+    is trained on.
+    """
+    demos = collect_demonstrations(sft, env, train_tasks, model.corpus_episodes, seed)
+    demos += collect_demonstrations(sft, env, test_tasks, len(test_tasks), seed + 1)
+    texts = [text for demo in demos for text in demo.observations + demo.actions]
+    return save_tiny_policy(texts + extra_corpus(model, env.env_id, seed), out_dir, seed=seed,
+                            hidden_size=model.hidden_size, num_layers=model.num_layers, num_heads=model.num_heads,
+                            intermediate_size=model.intermediate_size, max_context_tokens=model.max_context_tokens)
+
+
+def extra_corpus(model: ModelConfig, env_id: str, seed: int) -> list[str]:
+    """``model.corpus``'s texts for the tiny tokenizer (none when unset).
+
+    Raises:
+        ValueError: when ``model.corpus`` is not ``package.module:function``.
+    """
+    if model.corpus is None:
+        return []
+    return list(import_callable(model.corpus, "model.corpus")(env_id, model.corpus_episodes, seed))
+
+

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from transformers import DynamicCache
 
 from rlvr_gym_agents.batching import length_micro_batches, pad_left
-from rlvr_gym_agents.kv_cache import cache_kwarg, returned_cache
+from rlvr_gym_agents.policy.kv import cache_kwarg, returned_cache
 
 
 class SharedPromptScorer:

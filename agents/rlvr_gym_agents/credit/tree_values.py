@@ -1,6 +1,6 @@
 """Credit assignment on a rollout tree: node values, turn-level advantages, and token-level broadcast.
 
-A rollout tree (see :mod:`rlvr_gym_agents.tree`) is described here only by its shape, so every function is a
+A rollout tree (see :mod:`rlvr_gym_agents.rollout.tree`) is described here only by its shape, so every function is a
 pure function of plain data:
 
 - ``parents``: ``parents[i]`` is the index of node i's parent, -1 for the root; nodes are in topological
@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import Tensor
 
-from rlvr_gym_agents.advantages import group_advantages
+from rlvr_gym_agents.credit.estimators import group_advantages
 
 TREE_ADVANTAGE_MODES = ("treerl", "local", "global", "arpo_hard")
 

@@ -11,7 +11,7 @@ likely to be split, and a path that just branched is less likely to branch again
 - P_branch = clip((alpha + w * dH) * (1 - lambda * l), 0, 1), dH = H_t - H_init (spec §8.1 item 3).
 - Budget split (AEPO pre-monitoring): m = clip(floor(n * sigmoid(beta * (H_root - mean H_tool))) + 1, 1, n).
 
-Reference-code bugs fixed here and in :mod:`rlvr_gym_agents.tree_sampler` (algorithms.md §1.5, §2.5):
+Reference-code bugs fixed here and in :mod:`rlvr_gym_agents.rollout.tree_sampler` (algorithms.md §1.5, §2.5):
 
 1. Stale H_init: ARPO keeps the initial-entropy dict on the rollout worker forever and re-numbers slots each
    call, so from the second step on dH compares against another prompt. :class:`BranchState` is created per
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from rlvr_gym_agents.tree import RolloutTree
+    from rlvr_gym_agents.rollout.tree import RolloutTree
 
 
 def segment_entropy(entropies: Sequence[float], num_tokens: int = 20) -> float:

@@ -1,4 +1,4 @@
-"""The rollout tree: turn-boundary nodes with shared token prefixes, and its leaf trajectories.
+"""The rollout tree (data only): turn-boundary nodes with shared token prefixes, and its leaf trajectories.
 
 Node 0 holds the task prompt. Every other node is one *segment*: the ids the policy generated in one turn
 (with their log-probs and entropies) followed by the observation ids the env returned, ending at a turn
@@ -6,14 +6,13 @@ boundary. A root-to-leaf path is one episode; its ids are the concatenation of t
 siblings share their parent's ids, loss mask and log-probs exactly (algorithms.md §9 property 22).
 
 :meth:`RolloutTree.trajectory` turns a leaf into the flat :class:`~rlvr_gym_agents.rollout.Trajectory` the
-trainer consumes, and :meth:`RolloutTree.token_advantages` gives the matching per-token advantages from
-:mod:`rlvr_gym_agents.tree_credit`.
+trainer consumes; :mod:`rlvr_gym_agents.credit.tree` gives the matching per-token advantages.
 
 Training cost and credit of shared prefixes: each leaf is trained as its own row, so a prefix shared by d
 leaves is generated once but recomputed d times in the training forward/backward pass (training tokens equal
 those of flat sampling with the same leaves; only generation is shared). Its summed gradient coefficient is
 d x mean(advantages of the d leaves) in "soft" mode (ARPO's default; the unbiased flat-GRPO estimator over
-the leaves), or exactly the segment's own advantage once with ``dedup=True`` ("hard"/per-segment modes).
+the leaves), or exactly the segment's own advantage once with ``algorithm.dedup_shared_prefix`` ("hard"/per-segment modes).
 Packing a tree into one row with a tree attention mask would compute each shared token once; not done here.
 """
 
@@ -24,16 +23,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import torch
-from torch import Tensor
 
 from rlvr_gym import Failure, Task
-from rlvr_gym_agents import tree_credit
-from rlvr_gym_agents.advantages import GiGPOConfig, gigpo_advantages
-from rlvr_gym_agents.flat_credit import rejected
-from rlvr_gym_agents.rollout import Trajectory, Turn
-
-TREE_CREDIT_MODES = ("soft", *tree_credit.TREE_ADVANTAGE_MODES, "treepo", "gigpo")
+from rlvr_gym_agents.rollout.types import Trajectory, Turn
 
 
 @dataclasses.dataclass
@@ -76,13 +68,6 @@ class TreeNode:
     def reward(self) -> float:
         return self.turn.reward if self.turn is not None else 0.0
 
-    def credit_reward(self, invalid_action_penalty: float = 0.0) -> float:
-        """The step reward credit assignment sees: :attr:`reward`, minus ``invalid_action_penalty`` when the env
-        rejected the turn's action (:func:`flat_credit.rejected`)."""
-        if self.turn is None:
-            return 0.0
-        return self.turn.reward - invalid_action_penalty * rejected(self.turn)
-
 
 @dataclasses.dataclass
 class RolloutTree:
@@ -124,12 +109,6 @@ class RolloutTree:
             node = self.nodes[node].parent
         return out[::-1]
 
-    def leaf_rewards(self, invalid_action_penalty: float = 0.0) -> dict[int, float]:
-        """Episode return of every leaf: the sum of step rewards on its path, each rejected action's turn
-        less ``invalid_action_penalty`` (>= 0; :meth:`TreeNode.credit_reward`)."""
-        return {leaf: sum(self.nodes[n].credit_reward(invalid_action_penalty) for n in self.path(leaf))
-                for leaf in self.leaves()}
-
     def trajectory(self, leaf: int) -> Trajectory:
         """The episode ending at ``leaf`` as a flat :class:`Trajectory` (ids shared with its siblings)."""
         root, last = self.nodes[0], self.nodes[leaf]
@@ -138,11 +117,11 @@ class RolloutTree:
         traj.prompt_length = len(root.observation_ids)
         for index in self.path(leaf)[1:]:
             node = self.nodes[index]
+            if node.turn is None and node.parent > 0:
+                # a leaf without a turn (context overflow): its parent's observation never reached the policy
+                traj.truncate(traj.turns[-1].span[1])
             start = len(traj.token_ids)
-            traj.token_ids.extend(node.generated_ids)
-            traj.loss_mask.extend([1] * len(node.generated_ids))
-            traj.logps.extend(node.logps)
-            traj.entropies.extend(node.entropies)
+            traj.append(node.generated_ids, trained=True, logps=node.logps, entropies=node.entropies)
             if node.turn is not None:
                 traj.turns.append(dataclasses.replace(node.turn, span=(start, len(traj.token_ids))))
                 traj.reward += node.turn.reward
@@ -155,108 +134,13 @@ class RolloutTree:
         """One trajectory per leaf, in :meth:`leaves` order."""
         return [self.trajectory(leaf) for leaf in self.leaves()]
 
-    def token_advantages(
-        self, mode: str = "soft", estimator: str = "grpo", dedup: bool = False, gamma: float = 0.95, omega: float = 1.0,
-        std_norm: bool = False, invalid_action_penalty: float = 0.0,
-    ) -> list[Tensor]:
-        """Per-token advantages aligned with :meth:`trajectories` (0 on prompt ids; observation ids carry
-        their segment's value but are masked out of the loss by the trajectory's ``loss_mask``).
-
-        Args:
-            mode: "soft" (ARPO: a group estimator over the leaves, every token of a leaf row gets the leaf's
-                advantage), "treerl", "local", "global", "arpo_hard" (per-segment values from
-                :func:`tree_credit.node_advantages`), "treepo" (per-leaf TreePO advantages) or "gigpo"
-                (:func:`advantages.gigpo_advantages` over the leaves' turns, anchor = the node a turn starts
-                from: identical forked states, no observation hashing; per leaf row, ``dedup`` ignored).
-            estimator: the group estimator of "soft".
-            gamma / omega / std_norm: GiGPO's step discount, step-advantage weight and std normalisation
-                ("gigpo" only; see :func:`advantages.gigpo_advantages`).
-            dedup: scale a segment shared by d leaf rows by 1/d (see :func:`tree_credit.per_row_node_weights`);
-                default False: the shared prefix is credited once per leaf below it.
-            invalid_action_penalty: >= 0, subtracted from the step reward of every turn whose action the env
-                rejected, before any mode computes its values (verl-agent's invalid-action penalty; the same
-                returns as the flat trainer's).
-
-        Raises:
-            ValueError: unknown mode.
-        """
-        if mode not in TREE_CREDIT_MODES:
-            raise ValueError(f"unknown tree credit mode {mode!r}; expected one of {TREE_CREDIT_MODES}")
-        parents, rewards = self.parents, self.leaf_rewards(invalid_action_penalty)
-        lengths = [n.num_tokens for n in self.nodes]
-        if mode == "soft":
-            return self._leaf_rows(tree_credit.soft_leaf_advantages(rewards, estimator), lengths, dedup)
-        if mode == "treepo":
-            return self._leaf_rows(tree_credit.treepo_leaf_advantages(parents, rewards), lengths, dedup)
-        if mode == "gigpo":
-            return self._gigpo_rows(lengths, gamma, omega, std_norm, invalid_action_penalty)
-        node_adv = tree_credit.node_advantages(parents, rewards, mode)
-        rows = tree_credit.leaf_token_advantages(parents, node_adv, lengths, dedup)
-        return [rows[leaf] for leaf in self.leaves()]
-
-    def _gigpo_rows(self, lengths: list[int], gamma: float, omega: float, std_norm: bool,
-                    invalid_action_penalty: float) -> list[Tensor]:
-        """GiGPO step rows: every turn of every leaf's path, keyed by the node the turn started from."""
-        rewards, traj, keys, owners = [], [], [], []
-        for row, leaf in enumerate(self.leaves()):
-            for n in self.path(leaf)[1:]:
-                rewards.append(self.nodes[n].credit_reward(invalid_action_penalty))
-                traj.append(row)
-                keys.append(self.nodes[n].parent)
-                owners.append((leaf, n))
-        adv = gigpo_advantages(
-            torch.tensor(rewards, dtype=torch.float64),
-            torch.tensor(traj),
-            torch.zeros(len(traj), dtype=torch.long),
-            keys,
-            gamma,
-            omega,
-            std_norm,
-        )
-        per_turn = {owner: float(a) for owner, a in zip(owners, adv, strict=True)}
-        return [
-            torch.cat(
-                [torch.zeros(lengths[0])]
-                + [torch.full((lengths[n],), per_turn[(leaf, n)]) for n in self.path(leaf)[1:]]
-            ).float()
-            for leaf in self.leaves()
-        ]
-
-    def _leaf_rows(self, per_leaf: dict[int, float], lengths: list[int], dedup: bool) -> list[Tensor]:
-        """Rows where every segment of a leaf's path carries that leaf's advantage (times its dedup weight)."""
-        weights = tree_credit.per_row_node_weights(self.parents, dedup)
-        rows = []
-        for leaf in self.leaves():
-            pieces = [torch.zeros(lengths[0])]
-            pieces += [torch.full((lengths[n],), per_leaf[leaf] * weights[leaf][n]) for n in self.path(leaf)[1:]]
-            rows.append(torch.cat(pieces).to(torch.float32))
-        return rows
-
 
 @dataclasses.dataclass
 class TreeRollout:
-    """The result of one :meth:`~rlvr_gym_agents.tree_sampler.TreeSampler.sample` call: one tree per task and the step metrics."""
+    """The result of one :meth:`~rlvr_gym_agents.rollout.tree_sampler.TreeSampler.sample` call: one tree per task and the step metrics."""
 
     trees: list[RolloutTree]
     metrics: dict[str, Any]
-
-    def training_batch(
-        self, credit: str = "soft", estimator: str = "grpo", dedup: bool = False, gigpo: GiGPOConfig | None = None,
-        invalid_action_penalty: float = 0.0,
-    ) -> tuple[list[Trajectory], list[Tensor]]:
-        """Leaf trajectories of every tree (tree order, then leaf order) and their per-token advantages.
-
-        With ``credit="soft"`` every token of a leaf gets the leaf's group advantage, which equals what the
-        flat trainer computes for the same episodes (ARPO's default). See :meth:`RolloutTree.token_advantages`
-        for the other modes; ``gigpo`` gives the step discount, weight and normalisation of ``credit="gigpo"``;
-        ``invalid_action_penalty`` (>= 0) is subtracted from the step reward of each rejected action's turn.
-        """
-        gigpo = gigpo or GiGPOConfig()
-        trajectories = [t for tree in self.trees for t in tree.trajectories()]
-        advantages = [a for tree in self.trees
-                      for a in tree.token_advantages(credit, estimator, dedup, gigpo.gamma, gigpo.omega, gigpo.std_norm,
-                                                     invalid_action_penalty)]
-        return trajectories, advantages
 
 
 def tree_metrics(

@@ -1,6 +1,6 @@
 """Entropy-balanced tree rollouts over turns (ARPO + AEPO), with forked env states and a shared KV cache.
 
-Per task the sampler grows a :class:`~rlvr_gym_agents.tree.RolloutTree` with exactly ``num_leaves`` leaves:
+Per task the sampler grows a :class:`~rlvr_gym_agents.rollout.tree.RolloutTree` with exactly ``num_leaves`` leaves:
 
 1. Start ``m`` global samples from the prompt (``m = n // 2`` as ARPO's 1:1 split, or AEPO pre-monitoring:
    the first global sample runs alone, its entropies give ``m``, and it is kept as a leaf instead of being
@@ -8,7 +8,7 @@ Per task the sampler grows a :class:`~rlvr_gym_agents.tree.RolloutTree` with exa
 2. All paths of all tasks advance in lock-step, one turn per round, in one batched ``generate`` call.
 3. At a turn boundary after an observation, the path's next turn is generated first; its first ``k`` token
    entropies give H_t, and the path branches *at that boundary* with probability
-   clip((alpha + w (H_t - H_init)) (1 - lambda l), 0, 1) (:mod:`rlvr_gym_agents.tree_branching`). The
+   clip((alpha + w (H_t - H_init)) (1 - lambda l), 0, 1) (:mod:`rlvr_gym_agents.rollout.branching`). The
    child gets ``env.fork()`` of the state before the parent's step and the parent's KV cache rewound to the
    boundary, so the shared prefix is never generated or prefilled again.
 4. When a task has no running path and fewer than ``n`` paths, the rest of the budget (or its
@@ -27,21 +27,18 @@ The KV cache of :class:`~rlvr_gym_agents.policy.TransformersPolicy` is reused ac
 from __future__ import annotations
 
 import dataclasses
-import logging
 import math
-import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 import rlvr_gym
-from rlvr_gym import Env, Failure, FailureKind, Task
-from rlvr_gym_agents.chat import ChatFormat
+from rlvr_gym import Env, Failure, Task
 from rlvr_gym_agents.policy import Generation, Policy, SamplingParams, TransformersPolicy
-from rlvr_gym_agents.rollout import Turn
-from rlvr_gym_agents.tree import RolloutTree, TreeRollout, tree_metrics
-from rlvr_gym_agents.tree_branching import (
+from rlvr_gym_agents.policy.chat import ChatFormat
+from rlvr_gym_agents.policy.kv import RewindInfo, merge_kv_states
+from rlvr_gym_agents.rollout.branching import (
     FALLBACK_SCORES,
     BranchConfig,
     BranchState,
@@ -49,9 +46,9 @@ from rlvr_gym_agents.tree_branching import (
     global_sample_count,
     segment_entropy,
 )
-from rlvr_gym_agents.tree_kv import RewindInfo, merge_kv_states
-
-logger = logging.getLogger(__name__)
+from rlvr_gym_agents.rollout.episode import PolicyEpisode
+from rlvr_gym_agents.rollout.tree import RolloutTree, TreeRollout, tree_metrics
+from rlvr_gym_agents.rollout.types import RolloutBatch
 
 
 @dataclasses.dataclass
@@ -100,10 +97,7 @@ class _Path:
     task_index: int
     path_id: int
     node: int
-    env: Env
-    observation: str
-    feed_ids: list[int]
-    context_length: int
+    episode: PolicyEpisode
     fresh: bool = True
     branched: bool = False
     done: bool = False
@@ -126,6 +120,7 @@ class TreeSampler:
         chat: the chat format (token-in/token-out).
         config: tree settings.
         env_factory: builds an env from an env id (default :func:`rlvr_gym.make`).
+        sampling: the sampling of :meth:`sample_batch` (``sample`` takes its own).
     """
 
     def __init__(
@@ -134,8 +129,9 @@ class TreeSampler:
         chat: ChatFormat,
         config: TreeSamplerConfig | None = None,
         env_factory: Callable[..., Env] = rlvr_gym.make,
+        sampling: SamplingParams | None = None,
     ) -> None:
-        self.policy, self.chat = policy, chat
+        self.policy, self.chat, self.sampling = policy, chat, sampling or SamplingParams()
         self.config = config or TreeSamplerConfig()
         self.env_factory = env_factory
         if self.config.reuse_kv_cache and not isinstance(policy, TransformersPolicy):
@@ -149,6 +145,15 @@ class TreeSampler:
         self.num_calls += 1
         run.loop()
         return TreeRollout(run.trees, tree_metrics(run.trees, run.num_globals, run.num_branches))
+
+    def sample_batch(self, tasks: Sequence[Task], step: int) -> RolloutBatch:
+        """One tree per task as a :class:`RolloutBatch` of its leaves (tree order, then leaf order); the branching
+        draws are seeded by ``(config.seed, step)``, so a resumed run grows the same trees."""
+        self.num_calls = step
+        rollout = self.sample(tasks, self.sampling)
+        metrics = _log_keys(rollout.metrics)
+        trajectories = [t for tree in rollout.trees for t in tree.trajectories()]
+        return RolloutBatch(trajectories, rollout.trees, metrics, int(rollout.metrics["tokens_generated"]))
 
 
 class _Run:
@@ -166,7 +171,7 @@ class _Run:
         self.num_globals = [0] * len(tasks)
         self.num_branches = [0] * len(tasks)
         self.state_rows: list[int] = []  # the path id of each row of self.state
-        self.probe_envs: dict[int, tuple[Env, str]] = {}  # env reset to build each root, reused by a sample
+        self.probe_envs: dict[int, PolicyEpisode] = {}  # env reset to build each root, reused by a sample
         self.pilot_entropies: dict[int, list[float]] = {}  # pre-monitoring: turn entropies of each pilot
 
     def _budget(self) -> _TaskBudget:
@@ -189,34 +194,24 @@ class _Run:
                 break
             self._round(running)
         for path in self.paths:
-            _close(path.env)
+            self._close(path)
 
     def _reset_env_probe(self, task_index: int) -> list[int] | None:
         """Builds the root: resets one env to get the prompt (kept as the first global sample's env)."""
-        task = self.trees[task_index].task
-        env, observation, failure = self._new_env(task)
-        if env is None:
+        episode, failure = self._new_episode(self.trees[task_index].task)
+        if episode is None:
             # no env: every leaf is an empty truncated episode carrying the crash
             self.trees[task_index].add_node(-1, observation_ids=[])
             for _ in range(self.config.num_leaves):
                 self.trees[task_index].add_node(0, done=True, truncated=True, failures=[failure])
             self.budgets[task_index].started = self.config.num_leaves
             return None
-        self.budgets[task_index].forkable = bool(getattr(env, "supports_fork", False))
-        self.probe_envs[task_index] = (env, observation)
-        return self.sampler.chat.prompt_ids(observation)
+        self.budgets[task_index].forkable = episode.env.supports_fork
+        self.probe_envs[task_index] = episode
+        return episode.prompt_ids
 
-    def _new_env(self, task: Task) -> tuple[Env | None, str, Failure | None]:
-        try:
-            env = (
-                self.sampler.env_factory(task.env_id)
-                if self.config.max_turns is None
-                else self.sampler.env_factory(task.env_id, max_turns=self.config.max_turns)
-            )
-            observation, _ = env.reset(options={"task": task})
-            return env, observation, None
-        except Exception as error:  # noqa: BLE001  # an env must never kill the batch
-            return None, "", _crash("reset", error)
+    def _new_episode(self, task: Task) -> tuple[PolicyEpisode | None, Failure | None]:
+        return PolicyEpisode.start(task, self.sampler.chat, self.sampler.env_factory, self.config.max_turns)
 
     def _start_globals(self) -> None:
         n = self.config.num_leaves
@@ -243,7 +238,7 @@ class _Run:
 
     def _start_fallbacks(self, task_index: int, count: int) -> bool:
         """Spends the rest of a finished task's budget on branches at its highest-entropy boundaries
-        (:func:`~rlvr_gym_agents.tree_branching.fallback_branch_points`). The env is rebuilt by replaying the
+        (:func:`~rlvr_gym_agents.rollout.branching.fallback_branch_points`). The env is rebuilt by replaying the
         path's actions from ``reset`` and checked against the recorded observation; returns False (refill from
         the prompt instead) when there is no candidate or the replay does not reproduce the state.
         """
@@ -258,23 +253,21 @@ class _Run:
 
     def _start_replayed_branch(self, task_index: int, node_index: int, next_node: int, h_init: float) -> bool:
         tree = self.trees[task_index]
-        env, observation, _ = self._new_env(tree.task)
-        if env is None:
+        episode, _ = self._new_episode(tree.task)
+        if episode is None:
             return False
-        try:
-            for n in tree.path(node_index)[1:]:
-                turn = tree.nodes[n].turn
-                assert turn is not None  # every non-root node on a path holds a turn
-                observation = env.step(turn.action)[0]
-        except Exception:  # noqa: BLE001  # a replay that fails only costs the fallback
-            _close(env)
-            return False
+        for n in tree.path(node_index)[1:]:
+            turn = tree.nodes[n].turn
+            assert turn is not None  # every non-root node on a path holds a turn
+            if episode.env.step(turn.action).done:
+                break
         recorded = tree.nodes[next_node].turn
-        if recorded is None or observation != recorded.observation:
-            _close(env)  # nondeterministic env: the replayed state is not the recorded one
+        if episode.done or recorded is None or episode.env.observation != recorded.observation:
+            episode.close()  # a crashed replay or a nondeterministic env: not the recorded state
             return False
         context = self._context_ids_of(task_index, node_index)
-        path = _Path(task_index, self.next_path_id, node_index, env, observation, context, len(context), branched=True)
+        episode.feed_ids, episode.context_length = context, len(context)
+        path = _Path(task_index, self.next_path_id, node_index, episode, branched=True)
         self.next_path_id += 1
         self.branch_state.initial_entropy[path.path_id] = h_init
         self.branch_state.consecutive[path.path_id] = 0
@@ -285,20 +278,17 @@ class _Run:
 
     def _start_global(self, task_index: int) -> None:
         tree, budget = self.trees[task_index], self.budgets[task_index]
-        env: Env | None
         failure = None
-        if task_index in self.probe_envs:
-            env, observation = self.probe_envs.pop(task_index)
-        else:
-            env, observation, failure = self._new_env(tree.task)
+        episode = self.probe_envs.pop(task_index, None)
+        if episode is None:
+            episode, failure = self._new_episode(tree.task)
         budget.started += 1
         budget.globals_started += 1
         self.num_globals[task_index] += 1
-        if env is None:
+        if episode is None:
             tree.add_node(0, done=True, truncated=True, failures=[failure])
             return
-        prompt = tree.nodes[0].observation_ids
-        path = _Path(task_index, self.next_path_id, 0, env, observation, list(prompt), len(prompt))
+        path = _Path(task_index, self.next_path_id, 0, episode)
         if budget.target_globals is None and budget.pilot is None:
             budget.pilot = path.path_id
         self.next_path_id += 1
@@ -318,15 +308,10 @@ class _Run:
         self._rebuild_state(running, post_state, rewind, children)
 
     def _overflows(self, path: _Path) -> bool:
-        limit = self.sampler.policy.max_context_tokens
-        if path.context_length + self.sampling.max_new_tokens <= limit:
+        """The context-window policy (:meth:`PolicyEpisode.overflow`): an overflow ends the path in a leaf."""
+        failure = path.episode.overflow(self.sampling.max_new_tokens, self.sampler.policy.max_context_tokens)
+        if failure is None:
             return False
-        failure = Failure(
-            FailureKind.CONTEXT_OVERFLOW,
-            f"context of {path.context_length} tokens + {self.sampling.max_new_tokens} new tokens "
-            f"exceeds the policy's window of {limit}",
-            {"context_tokens": path.context_length, "max_context_tokens": limit},
-        )
         node = self.trees[path.task_index].add_node(
             path.node, done=True, truncated=True, failures=[failure], branched=path.branched
         )
@@ -349,12 +334,12 @@ class _Run:
             rows = [self.state_rows.index(p.path_id) for p in warm]
             state = self.state if rows == list(range(len(self.state))) else self.state.select(rows)
             rewind = RewindInfo.of(state, [p.path_id for p in warm])
-            gens, state = policy.generate([p.feed_ids for p in warm], self.sampling, state)
+            gens, state = policy.generate([p.episode.feed_ids for p in warm], self.sampling, state)
             out.update({p.path_id: g for p, g in zip(warm, gens, strict=True)})
             states.append(state)
             order += [p.path_id for p in warm]
         if fresh:
-            gens, state = policy.generate([p.feed_ids for p in fresh], self.sampling)
+            gens, state = policy.generate([p.episode.feed_ids for p in fresh], self.sampling)
             out.update({p.path_id: g for p, g in zip(fresh, gens, strict=True)})
             states.append(state)
             order += [p.path_id for p in fresh]
@@ -397,13 +382,14 @@ class _Run:
         return children
 
     def _fork(self, path: _Path) -> _Path | None:
+        """A child of ``path`` at its current boundary. A warm parent's child gets the parent's KV row rewound to the
+        boundary (:meth:`_rebuild_state`); a fresh parent's (a replayed fallback branch in its first round) is fresh
+        too and feeds the same full context."""
         try:
-            env = path.env.fork()
+            episode = path.episode.fork()
         except Exception:  # noqa: BLE001  # a failed fork only costs the branch; refilled from the prompt
             return None
-        child = dataclasses.replace(
-            path, path_id=self.next_path_id, env=env, feed_ids=list(path.feed_ids), branched=True, fresh=False
-        )
+        child = dataclasses.replace(path, path_id=self.next_path_id, episode=episode, branched=True)
         self.next_path_id += 1
         self.branch_state.fork_path(path.path_id, child.path_id)
         self.budgets[path.task_index].started += 1
@@ -412,48 +398,30 @@ class _Run:
         return child
 
     def _advance(self, path: _Path, generation: Generation) -> None:
-        """Steps the env with the turn's action and adds the turn's node to the tree."""
-        tree, chat = self.trees[path.task_index], self.sampler.chat
-        action = chat.decode_action(generation.token_ids)
-        turn = Turn(path.observation, action, (0, len(generation.token_ids)), finish_reason=generation.finish_reason)
+        """Plays the turn (:meth:`PolicyEpisode.play`) and adds its node to the tree."""
+        tree = self.trees[path.task_index]
+        played = path.episode.play(generation, self.sampler.chat)
+        outcome = played.outcome
         fields: dict[str, Any] = {
             "generated_ids": list(generation.token_ids),
             "logps": list(generation.logps),
             "entropies": list(generation.entropies),
-            "turn": turn,
+            "turn": played.turn,
             "branched": path.branched,
+            "failures": [played.turn.failure] if played.turn.failure is not None else [],
         }
-        try:
-            observation, reward, terminated, truncated, info = path.env.step(action)
-        except Exception as error:  # noqa: BLE001  # an env must never kill the batch
-            turn.failure = _crash("step", error)
-            node = tree.add_node(path.node, done=True, truncated=True, failures=[turn.failure], **fields)
+        if outcome.done:
+            node = tree.add_node(path.node, done=True, terminated=outcome.terminated, truncated=outcome.truncated,
+                                 success=outcome.success, **fields)
             self._finish(path, node.index)
             return
-        turn.reward, failure = float(reward), info.get("failure")
-        turn.failure = failure if isinstance(failure, Failure) else None
-        failures = [turn.failure] if turn.failure is not None else []
-        if terminated or truncated:
-            node = tree.add_node(
-                path.node,
-                done=True,
-                terminated=bool(terminated),
-                truncated=bool(truncated),
-                success=bool(info.get("success", False)),
-                failures=failures,
-                **fields,
-            )
-            self._finish(path, node.index)
-            return
-        obs_ids = chat.observation_ids(observation, generation.finish_reason == "stop")
-        node = tree.add_node(path.node, observation_ids=obs_ids, failures=failures, **fields)
-        path.node, path.observation, path.feed_ids = node.index, observation, obs_ids
-        path.context_length += len(generation.token_ids) + len(obs_ids)
+        node = tree.add_node(path.node, observation_ids=played.observation_ids, **fields)
+        path.node = node.index
         path.fresh, path.branched = False, False
 
     def _finish(self, path: _Path, leaf: int) -> None:
         path.done, path.node = True, leaf
-        _close(path.env)
+        self._close(path)
         budget = self.budgets[path.task_index]
         if budget.pilot == path.path_id and budget.target_globals is None:
             ent = self.pilot_entropies.get(path.path_id)
@@ -463,6 +431,12 @@ class _Run:
             budget.target_globals = global_sample_count(
                 self.config.num_leaves, ent[0], sum(ent) / len(ent), self.config.pre_monitoring_beta
             )
+
+    def _close(self, path: _Path) -> None:
+        """Closes the path's env; a failing ``close()`` is recorded on the path's leaf."""
+        failure = path.episode.close()
+        if failure is not None and path.done:
+            self.trees[path.task_index].nodes[path.node].failures.append(failure)
 
     def _rebuild_state(
         self, running: list[_Path], post_state: Any, rewind: RewindInfo | None, children: list[tuple[_Path, int]]
@@ -475,25 +449,21 @@ class _Run:
         parts = [survivors] if keep else []
         rows = [running[row].path_id for row in keep]
         for child, row in children:
-            assert rewind is not None  # children only come from warm rows (depth >= 1)
+            if child.fresh:  # the child of a fresh row feeds its full context next round
+                continue
+            assert rewind is not None  # a warm child's parent was a warm row of this round
             parts.append(rewind.apply(post_state.select([row]), running[row].path_id))
             rows.append(child.path_id)
         self.state = merge_kv_states(parts) if parts else None
         self.state_rows = rows
 
 
-def _crash(where: str, error: BaseException) -> Failure:
-    return Failure(
-        FailureKind.ENV_CRASH,
-        f"env raised in {where}(): {type(error).__name__}: {error}",
-        {"traceback": traceback.format_exc(limit=5)},
-    )
-
-
-def _close(env: Env | None) -> None:
-    if env is None:
-        return
-    try:
-        env.close()
-    except Exception as error:  # noqa: BLE001  # closing is best effort; the episode is already recorded
-        logger.warning("env.close() raised %s: %s", type(error).__name__, error)
+def _log_keys(metrics: dict[str, Any]) -> dict[str, Any]:
+    """Tree metrics as flat log keys: ``tree/<name>``, dicts as ``tree/<name>/<key>`` (lists kept as lists)."""
+    flat: dict[str, Any] = {}
+    for name, value in metrics.items():
+        if isinstance(value, dict):
+            flat.update({f"tree/{name}/{key}": v for key, v in value.items()})
+        else:
+            flat[f"tree/{name}"] = value
+    return flat

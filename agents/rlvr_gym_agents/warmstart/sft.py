@@ -1,185 +1,30 @@
-"""Warm start by behaviour cloning of oracle demonstrations with injected mistakes.
+"""Behaviour cloning (SFT) on demonstrations: the warm start before RL.
 
-Demonstrations: an expert (oracle) picks each action; with probability ``mistake_rate`` a random admissible
-action is taken instead and the expert recovers from the state it leads to; with probability
-``invalid_rate`` an action the env rejects (``sft.invalid_actions``), so the demonstrations show the env's
-failure feedback and a recovery from it, as a policy's own invalid actions will. Mistakes stay in the context
-(the policy learns to recover) but out of the loss (it never learns to make them), unless
-``sft.train_on_mistakes`` makes the warm start imitate them too (a noisy expert). This follows the
-calibration run in the pitfalls file: from a ~0% start GRPO has nothing to learn, so the warm start must
-give non-trivial *sampled* success; it is the fragile part, hence the loss threshold and a time cap.
-
-An expert is a callable ``(env) -> action`` reading the env's current state; ``"gold"`` replays the task's
-gold actions (no recovery, so it only works with ``mistake_rate=0``), ``"oracle"`` asks the env's
-``oracle_action()`` planner, and ``"module:function"`` names any
-importable expert (e.g. a text world's planner).
+This follows the calibration run in the pitfalls file: from a ~0% start GRPO has nothing to learn, so the warm
+start must give non-trivial *sampled* success; it is the fragile part, hence the loss threshold and a time cap.
+Demonstrations come from :mod:`rlvr_gym_agents.warmstart.demonstrations`.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import importlib
 import math
 import random
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
-import rlvr_gym
-from rlvr_gym import Env, Task
+from rlvr_gym import Task
 from rlvr_gym_agents.batching import pad_right
-from rlvr_gym_agents.chat import ChatFormat
+from rlvr_gym_agents.policy.chat import ChatFormat
+from rlvr_gym_agents.warmstart.demonstrations import collect_demonstrations, demonstration_ids, demonstration_tasks
 
-Expert = Callable[[Env], str]
-
-
-@dataclasses.dataclass
-class Demonstration:
-    """One demonstrated episode.
-
-    Attributes:
-        observations: ``observations[i]`` is what the agent saw before ``actions[i]``.
-        actions: the actions taken.
-        trained: per action, False for an injected mistake left out of the loss (kept in context).
-        success: whether the episode ended in success.
-    """
-
-    observations: list[str]
-    actions: list[str]
-    trained: list[bool]
-    success: bool
-
-
-def gold_expert(env: Env) -> str:
-    """Replays the task's gold actions in order (cannot recover from a mistake)."""
-    gold = getattr(env.task, "gold", None)
-    if not gold or env.turn >= len(gold):
-        raise ValueError(f"task {getattr(env.task, 'id', None)!r} has no gold action for turn {env.turn + 1}")
-    return str(gold[env.turn])
-
-
-def oracle_expert(env: Env) -> str:
-    """Asks the env's own planner (``env.oracle_action()``, e.g. the text world's), which replans from the
-    current state and so recovers from mistakes.
-
-    Raises:
-        TypeError: when the env has no ``oracle_action`` method.
-        ValueError: when the oracle has no action (the goal already holds).
-    """
-    oracle = getattr(env, "oracle_action", None)
-    if oracle is None:
-        raise TypeError(f"{type(env).__name__} has no oracle_action(); use sft.expert=gold or module:function")
-    action = oracle()
-    if action is None:
-        raise ValueError(f"the oracle has no action for task {getattr(env.task, 'id', None)!r} (goal already holds)")
-    return str(action)
-
-
-def load_expert(name: str) -> Expert:
-    """``"oracle"`` (the env's ``oracle_action()``), ``"gold"`` or ``"package.module:function"``.
-
-    Raises:
-        ValueError: on a name of neither form; ImportError / AttributeError when the target is missing.
-    """
-    if name == "gold":
-        return gold_expert
-    if name == "oracle":
-        return oracle_expert
-    if ":" not in name:
-        raise ValueError(f"expert {name!r} must be 'gold', 'oracle' or 'package.module:function'")
-    return import_callable(name, "expert")  # type: ignore[no-any-return]
-
-
-def import_callable(target: str, setting: str) -> Any:
-    """The object named by ``"package.module:function"`` (a recipe's pluggable expert or task generator).
-
-    Raises:
-        ValueError: naming ``setting`` when ``target`` has no ``:``; ImportError / AttributeError when the
-            module or function is missing.
-    """
-    module, sep, attr = target.partition(":")
-    if not sep:
-        raise ValueError(f"{setting} {target!r} must be 'package.module:function'")
-    return getattr(importlib.import_module(module), attr)
-
-
-def demonstrate(task: Task, expert: Expert, mistake_rate: float, rng: random.Random,
-                env_factory: Callable[..., Env] = rlvr_gym.make, max_turns: int | None = None,
-                train_on_mistakes: bool = False, invalid_rate: float = 0.0,
-                invalid_actions: Callable[[Env], list[str]] | None = None) -> Demonstration:
-    """Runs one episode with ``expert``, random admissible mistakes and actions the env rejects.
-
-    Each turn draws one uniform number u: u < ``invalid_rate`` takes a random action of
-    ``invalid_actions(env)``, one with the expert's first word (its verb) when there is one (never imitated:
-    the demonstration shows its failure feedback and the expert's recovery); u < ``invalid_rate +
-    mistake_rate`` takes a random admissible action other than the expert's; otherwise the expert's action.
-
-    Args:
-        task: the task to run.
-        expert: picks the next action from the env's state.
-        mistake_rate: probability in [0, 1) of taking a random admissible action (other than the expert's).
-        rng: the random generator of mistakes.
-        env_factory: builds the env.
-        max_turns: overrides the env's turn limit.
-        train_on_mistakes: mark the admissible mistakes ``trained`` too (imitated), not only kept in context.
-        invalid_rate: probability in [0, 1) of an action the env rejects; needs ``invalid_actions``.
-        invalid_actions: lists the actions the env's current state rejects.
-    """
-    env = env_factory(task.env_id) if max_turns is None else env_factory(task.env_id, max_turns=max_turns)
-    try:
-        observation, info = env.reset(options={"task": task})
-        demo = Demonstration([], [], [], False)
-        while True:
-            action, trained = _demonstrated_action(env, info, expert, rng, mistake_rate, invalid_rate,
-                                                   invalid_actions, train_on_mistakes)
-            demo.observations.append(observation)
-            demo.actions.append(action)
-            demo.trained.append(trained)
-            observation, _, terminated, truncated, info = env.step(action)
-            if terminated or truncated:
-                demo.success = bool(info.get("success", False))
-                demo.observations.append(observation)
-                return demo
-    finally:
-        env.close()
-
-
-def _demonstrated_action(env: Env, info: dict[str, Any], expert: Expert, rng: random.Random, mistake_rate: float,
-                         invalid_rate: float, invalid_actions: Callable[[Env], list[str]] | None,
-                         train_on_mistakes: bool) -> tuple[str, bool]:
-    """The action of one demonstrated turn and whether it is imitated (see :func:`demonstrate`)."""
-    action = expert(env)
-    draw = rng.random()
-    if draw < invalid_rate and invalid_actions is not None:
-        rejected = invalid_actions(env)
-        verb = action.split(" ", 1)[0]
-        alike = [a for a in rejected if a.split(" ", 1)[0] == verb]  # a slip on the expert's own command
-        if rejected:
-            return rng.choice(alike or rejected), False
-    choices = [a for a in info.get("admissible_actions", []) if a != action]
-    if choices and invalid_rate <= draw < invalid_rate + mistake_rate:
-        return rng.choice(choices), train_on_mistakes
-    return action, True
-
-
-def demonstration_ids(demo: Demonstration, chat: ChatFormat) -> tuple[list[int], list[int]]:
-    """Token ids of a demonstration and its loss mask (1 on the expert's action ids and end-of-turn id)."""
-    ids = chat.prompt_ids(demo.observations[0])
-    mask = [0] * len(ids)
-    for turn, (action, trained) in enumerate(zip(demo.actions, demo.trained)):
-        action_ids = chat.encode(action) + [chat.end_of_turn_id]
-        ids += action_ids
-        mask += [int(trained)] * len(action_ids)
-        if turn + 1 < len(demo.actions):
-            obs_ids = chat.observation_ids(demo.observations[turn + 1])
-            ids += obs_ids
-            mask += [0] * len(obs_ids)
-    return ids, mask
-
+if TYPE_CHECKING:
+    from rlvr_gym_agents.config import EnvConfig, SFTConfig
+    from rlvr_gym_agents.console import Console
 
 def warmup_cosine(step: int, warmup_steps: int, total_steps: int, time_fraction: float = 0.0) -> float:
     """Learning-rate multiplier: linear warm-up to 1 over ``warmup_steps``, then cosine decay to 0.1 at
@@ -328,3 +173,27 @@ def _cross_entropy(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor
     logits = model(input_ids=ids.clamp(min=0), attention_mask=attention, use_cache=False).logits[:, :-1]
     targets = ids[:, 1:].masked_fill(mask[:, 1:] == 0, -100)
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1), ignore_index=-100)
+
+
+def warm_start(sft: SFTConfig, env: EnvConfig, seed: int, model: Any, chat: ChatFormat,
+               train_tasks: list[Task] | None, console: Console) -> dict[str, Any]:
+    """Behaviour cloning on ``sft.num_demos`` expert episodes of ``env``'s tasks; returns its metrics."""
+    with console.status(f"collecting {sft.num_demos} demonstrations"):
+        tasks = demonstration_tasks(sft, env, train_tasks)
+        demos = collect_demonstrations(sft, env, tasks, sft.num_demos, seed + 7)
+    examples = [demonstration_ids(demo, chat) for demo in demos]
+    with console.progress(sft.max_steps, "SFT warm start") as advance:
+        result = behaviour_cloning(
+            model, examples, episodes_per_batch=sft.episodes_per_batch, learning_rate=sft.learning_rate,
+            warmup_steps=sft.warmup_steps, max_steps=sft.max_steps, loss_threshold=sft.loss_threshold,
+            max_time_s=sft.max_time_s, seed=seed, on_step=lambda step, loss: advance(loss=loss),
+            ema_decay=sft.ema_decay,
+        )
+    result["process_cpu_s"] = time.process_time()
+    result["demo_success_rate"] = sum(d.success for d in demos) / max(1, len(demos))
+    console.note("SFT: {steps} steps, loss {loss:.3f}, {tokens_per_s:.0f} tokens/s, {elapsed_s:.0f} s, "
+                 "stopped by {stopped_by}".format(**result))
+    if result["time_schedule_from_step"] is not None:
+        console.note(f"SFT learning rate followed sft.max_time_s from step {result['time_schedule_from_step']}: "
+                     "this warm start depends on the machine's speed (raise sft.max_time_s to make it reproducible)")
+    return result

@@ -1,0 +1,243 @@
+"""KV state, one owner: the growable cache, the per-row state of a batch (with holes), tree rewind and merge.
+
+- :class:`GrowableLayer` / :class:`GrowableCache`: a transformers ``DynamicLayer`` whose keys and values are views
+  of buffers with spare slots, doubling when full instead of running ``torch.cat`` over the whole cache every
+  decoding step.
+- :class:`KVState`: the cache of a batch of rows with the holes left by left-padding, explicit position ids and the
+  ids sampled but not yet run. ``state.select([0, 0, 1])`` copies rows (branching from a prefix).
+- :class:`RewindInfo` / :func:`merge_kv_states`: tree rollouts rewind a row to a turn boundary by dropping the
+  slots added since a snapshot, and stack rows of several states padding shorter caches with hole slots
+  (positions are explicit, so a hole changes nothing a row attends to).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import inspect
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
+
+MIN_CAPACITY = 64
+"""Slots allocated at least when a layer's buffer grows."""
+
+
+class GrowableLayer(DynamicLayer):
+    """A ``DynamicLayer`` whose ``keys``/``values`` (B, heads, slots, head_dim) are views of larger buffers.
+
+    ``update`` writes the new slots after the filled ones and reallocates (capacity doubled, at least
+    :data:`MIN_CAPACITY`) only when they do not fit. Assigning ``keys`` or ``values`` makes the assigned tensor
+    the buffer (no spare slots), so code written for ``DynamicLayer`` keeps working. A shallow copy shares
+    only the filled part: the next write of either layer never lands in slots the other can see.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        self._key_buffer: torch.Tensor | None = None
+        self._value_buffer: torch.Tensor | None = None
+        self._length = 0
+        super().__init__(**kwargs)
+
+    @property  # type: ignore[override]
+    def keys(self) -> torch.Tensor | None:
+        """The filled slots, (B, heads, slots, head_dim); None before the first update."""
+        return self._filled(self._key_buffer)
+
+    @keys.setter
+    def keys(self, tensor: torch.Tensor | None) -> None:
+        self._key_buffer = tensor
+        self._length = tensor.shape[-2] if tensor is not None and tensor.dim() == 4 else 0
+
+    @property  # type: ignore[override]
+    def values(self) -> torch.Tensor | None:
+        """The filled slots, (B, heads, slots, head_dim); None before the first update."""
+        return self._filled(self._value_buffer)
+
+    @values.setter
+    def values(self, tensor: torch.Tensor | None) -> None:
+        self._value_buffer = tensor
+
+    def _filled(self, buffer: torch.Tensor | None) -> torch.Tensor | None:
+        return buffer if buffer is None or buffer.dim() != 4 else buffer[..., : self._length, :]
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
+               **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """Appends (B, heads, n, head_dim) keys and values; returns all filled slots (views)."""
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        start, end = self._length, self._length + key_states.shape[-2]
+        if not self._fits(key_states, end):
+            self._grow(key_states, value_states, end)
+        assert self._key_buffer is not None and self._value_buffer is not None
+        self._key_buffer[..., start:end, :] = key_states
+        self._value_buffer[..., start:end, :] = value_states
+        self._length = end
+        return self.keys, self.values  # type: ignore[return-value]
+
+    def _fits(self, key_states: torch.Tensor, end: int) -> bool:
+        buffer = self._key_buffer
+        return (buffer is not None and buffer.dim() == 4 and buffer.shape[-2] >= end
+                and buffer.shape[:2] == key_states.shape[:2] and buffer.dtype == key_states.dtype)
+
+    def _grow(self, key_states: torch.Tensor, value_states: torch.Tensor, end: int) -> None:
+        capacity = max(2 * self._length, end, MIN_CAPACITY)
+        old_keys, old_values = self.keys, self.values
+        batch, heads, _, dim = key_states.shape
+        self._key_buffer = key_states.new_empty(batch, heads, capacity, dim)
+        self._value_buffer = value_states.new_empty(batch, heads, capacity, value_states.shape[-1])
+        if self._length:
+            assert old_keys is not None and old_values is not None
+            self._key_buffer[..., : self._length, :] = old_keys
+            self._value_buffer[..., : self._length, :] = old_values
+
+    def __copy__(self) -> GrowableLayer:
+        twin = GrowableLayer.__new__(GrowableLayer)
+        twin.__dict__.update(self.__dict__)
+        twin.keys, twin.values = self.keys, self.values
+        return twin
+
+
+class GrowableCache(DynamicCache):
+    """A ``DynamicCache`` made of :class:`GrowableLayer` s (created lazily, one per attention layer)."""
+
+    def __init__(self) -> None:
+        Cache.__init__(self, layer_class_to_replicate=GrowableLayer)
+
+
+def cache_kwarg(model: torch.nn.Module) -> str:
+    """The name of the model's cache argument: ``cache`` in transformers >= 5.2x, ``past_key_values`` before."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def returned_cache(output: Any, fallback: Any) -> Any:
+    """The cache a forward pass returned (``cache`` in transformers >= 5.2x, ``past_key_values`` before)."""
+    for name in ("cache", "past_key_values"):
+        value = output.get(name) if hasattr(output, "get") else getattr(output, name, None)
+        if value is not None:
+            return value
+    return fallback
+
+
+class KVState:
+    """The key/value cache of a batch of rows, with the holes left by padding.
+
+    Attributes:
+        cache: the transformers cache (B rows, L slots).
+        attention_mask: (B, L) long, 1 on real tokens, 0 on holes.
+        next_position: (B,) long, the position id the next real token of each row gets.
+        pending: per row, ids already in the context but not yet run through the model (the last sampled id).
+    """
+
+    def __init__(self, cache: Any, attention_mask: torch.Tensor, next_position: torch.Tensor,
+                 pending: list[list[int]]) -> None:
+        self.cache, self.attention_mask, self.next_position, self.pending = cache, attention_mask, next_position, pending
+
+    @classmethod
+    def empty(cls, batch_size: int, device: torch.device) -> KVState:
+        """A state with no context for ``batch_size`` rows."""
+        return cls(GrowableCache(), torch.zeros(batch_size, 0, dtype=torch.long, device=device),
+                   torch.zeros(batch_size, dtype=torch.long, device=device), [[] for _ in range(batch_size)])
+
+    def __len__(self) -> int:
+        return len(self.pending)
+
+    def context_lengths(self) -> list[int]:
+        """Number of context ids per row (fed and pending)."""
+        return [int(n) + len(p) for n, p in zip(self.next_position.tolist(), self.pending)]
+
+    def compact(self, min_saving: float = 0.1) -> KVState:
+        """Drops the holes in place: each row's real slots move, in order, to the right end of a cache as wide as
+        the longest row (left-padded), when that removes at least ``min_saving`` of the slots.
+
+        Holes build up from the left padding of every fed chunk and from rows that stop generating before the
+        others (~38% of the slots after ten text-world turns); attention and the cache's append both cost in
+        proportion to the width. Positions are explicit (``next_position``), so no row's attention changes.
+        Not for states a tree sampler rewinds by slot count (:mod:`rlvr_gym_agents.policy.kv`).
+
+        Returns:
+            ``self``.
+        """
+        mask = self.attention_mask.bool()
+        width = int(mask.sum(dim=1).max()) if mask.numel() else 0
+        if mask.shape[1] == 0 or width > (1.0 - min_saving) * mask.shape[1]:
+            return self
+        # A stable sort of "is real" puts the holes first and keeps the real slots in order.
+        index = torch.sort(mask.to(torch.int8), dim=1, stable=True).indices[:, -width:]
+        for layer in self.cache.layers:
+            slots = index[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3])
+            layer.keys, layer.values = layer.keys.gather(2, slots), layer.values.gather(2, slots)
+        self.attention_mask = self.attention_mask.gather(1, index)
+        return self
+
+    def select(self, rows: Sequence[int]) -> KVState:
+        """Returns a new state made of copies of ``rows`` (repeats allowed: branching from a prefix)."""
+        index = torch.as_tensor(list(rows), dtype=torch.long, device=self.attention_mask.device)
+        cache = copy.copy(self.cache)
+        cache.layers = [copy.copy(layer) for layer in self.cache.layers]
+        if self.attention_mask.shape[1] > 0:
+            cache.batch_select_indices(index)
+        return KVState(cache, self.attention_mask[index], self.next_position[index],
+                       [list(self.pending[r]) for r in rows])
+
+
+@dataclasses.dataclass
+class RewindInfo:
+    """What a KV state looked like before a generate call, to rewind a row to its turn boundary."""
+
+    num_slots: int
+    next_position: dict[int, int]
+    pending: dict[int, list[int]]
+
+    @classmethod
+    def of(cls, state: KVState, path_ids: list[int]) -> RewindInfo:
+        return cls(
+            int(state.attention_mask.shape[1]),
+            dict(zip(path_ids, state.next_position.tolist(), strict=True)),
+            {pid: list(p) for pid, p in zip(path_ids, state.pending, strict=True)},
+        )
+
+    def apply(self, row_state: KVState, path_id: int) -> KVState:
+        """Drops the slots added since the snapshot from a one-row state (a copy made by ``select``)."""
+        for layer in row_state.cache.layers:
+            layer.keys = layer.keys[..., : self.num_slots, :]
+            layer.values = layer.values[..., : self.num_slots, :]
+        row_state.attention_mask = row_state.attention_mask[:, : self.num_slots]
+        row_state.next_position = torch.full_like(row_state.next_position, self.next_position[path_id])
+        row_state.pending = [list(self.pending[path_id])]
+        return row_state
+
+
+def merge_kv_states(states: Sequence[KVState]) -> KVState:
+    """Stacks the rows of several KV states; shorter caches get hole slots (attention mask 0) at the end.
+
+    Positions are explicit in :class:`KVState`, so a hole changes nothing a row attends to.
+
+    Raises:
+        TypeError: a cache layer has no ``keys``/``values`` tensors (not a transformers DynamicCache).
+    """
+    states = [s for s in states if len(s) > 0]
+    if len(states) == 1:
+        return states[0]
+    width = max(int(s.attention_mask.shape[1]) for s in states)
+    base = states[0].cache
+    cache = copy.copy(base)
+    cache.layers = []
+    for index, layer in enumerate(base.layers):
+        if not hasattr(layer, "keys"):
+            raise TypeError(f"cannot merge cache layer {type(layer).__name__}: no keys/values tensors")
+        merged = copy.copy(layer)
+        merged.keys = torch.cat([_pad_slots(s.cache.layers[index].keys, width) for s in states])
+        merged.values = torch.cat([_pad_slots(s.cache.layers[index].values, width) for s in states])
+        cache.layers.append(merged)
+    mask = torch.cat([F.pad(s.attention_mask, (0, width - s.attention_mask.shape[1])) for s in states])
+    return KVState(
+        cache, mask, torch.cat([s.next_position for s in states]), [list(p) for s in states for p in s.pending]
+    )
+
+
+def _pad_slots(tensor: torch.Tensor, width: int) -> torch.Tensor:
+    """Right-pads the slot dimension (-2) of a (B, heads, L, head_dim) cache tensor with zeros."""
+    return F.pad(tensor, (0, 0, 0, width - tensor.shape[-2]))

@@ -1,0 +1,113 @@
+"""The one episode runner on the policy side: a turn's generation in, the env's step and the next ids out.
+
+:class:`PolicyEpisode` wraps :class:`rlvr_gym.episode.EnvEpisode` (crash-safe env stepping) with what the policy
+needs: the context length in ids, the ids to feed next and the context-window policy. The flat sampler
+(:mod:`.flat`), the tree sampler (:mod:`.tree_sampler`; one per path, forked at branch points) and policy
+evaluation (:mod:`rlvr_gym_agents.evaluate`, through the flat sampler) all run their turns through it.
+
+The context-window policy (:meth:`PolicyEpisode.overflow`): before every turn the context, whose last
+observation's ids are appended but not yet fed, must leave room for ``max_new_tokens`` within the policy's
+window; otherwise the episode ends as truncated with a ``CONTEXT_OVERFLOW`` failure, the unfed observation is
+dropped from what is trained on, and the policy never sees a context longer than its window.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import rlvr_gym
+from rlvr_gym import Env, Failure, FailureKind, Task
+from rlvr_gym.episode import EnvEpisode, StepOutcome
+from rlvr_gym_agents.policy.base import Generation
+from rlvr_gym_agents.policy.chat import ChatFormat
+from rlvr_gym_agents.rollout.types import Turn
+
+
+def context_overflow(context_tokens: int, max_new_tokens: int, window: int) -> Failure | None:
+    """The context-window policy: a ``CONTEXT_OVERFLOW`` failure when ``context_tokens + max_new_tokens`` exceeds
+    ``window`` (all in tokens), else None."""
+    if context_tokens + max_new_tokens <= window:
+        return None
+    return Failure(FailureKind.CONTEXT_OVERFLOW,
+                   f"context of {context_tokens} tokens + {max_new_tokens} new tokens exceeds the policy's window of "
+                   f"{window}", {"context_tokens": context_tokens, "max_context_tokens": window})
+
+
+@dataclasses.dataclass
+class PlayedTurn:
+    """One turn played by :meth:`PolicyEpisode.play`.
+
+    Attributes:
+        turn: the turn's record (span relative to the turn: ``(0, len(generated ids))``).
+        outcome: the env's step.
+        observation_ids: the next observation's ids to append (empty when the episode ended).
+    """
+
+    turn: Turn
+    outcome: StepOutcome
+    observation_ids: list[int]
+
+
+class PolicyEpisode:
+    """A running episode seen from the policy: env, context length and the ids to feed next.
+
+    Attributes:
+        env: the crash-safe env episode.
+        prompt_ids: the first observation's ids (the prompt).
+        feed_ids: the ids appended since the policy last ran on this episode (the prompt, then each observation).
+        context_length: ids in the context so far (fed or not).
+    """
+
+    def __init__(self, env: EnvEpisode, prompt_ids: list[int]) -> None:
+        self.env, self.prompt_ids = env, prompt_ids
+        self.feed_ids = list(prompt_ids)
+        self.context_length = len(prompt_ids)
+
+    @classmethod
+    def start(cls, task: Task, chat: ChatFormat, env_factory: Callable[..., Env] = rlvr_gym.make,
+              max_turns: int | None = None) -> tuple[PolicyEpisode | None, Failure | None]:
+        """Builds and resets the env of ``task``; ``(None, ENV_CRASH failure)`` when that raised.
+
+        Raises:
+            rlvr_gym.UnknownEnvError: the task's env id is not registered.
+        """
+        env, failure = EnvEpisode.start(task, env_factory, max_turns)
+        if env is None:
+            return None, failure
+        return cls(env, chat.prompt_ids(env.observation)), None
+
+    @property
+    def done(self) -> bool:
+        return self.env.done
+
+    def overflow(self, max_new_tokens: int, window: int) -> Failure | None:
+        """Applies the context-window policy before a turn (:func:`context_overflow`); an overflow ends the
+        episode (closing its env) and is returned."""
+        failure = context_overflow(self.context_length, max_new_tokens, window)
+        if failure is not None:
+            self.env.done = True
+        return failure
+
+    def play(self, generation: Generation, chat: ChatFormat) -> PlayedTurn:
+        """Decodes the turn's action, steps the env with it and encodes the next observation."""
+        action = chat.decode_action(generation.token_ids)
+        turn = Turn(self.env.observation, action, (0, len(generation.token_ids)),
+                    finish_reason=generation.finish_reason, state_key=self.env.state_key)
+        outcome = self.env.step(action)
+        turn.reward, turn.failure = outcome.reward, outcome.failure
+        observation_ids = ([] if outcome.done else
+                           chat.observation_ids(outcome.observation, generation.finish_reason == "stop"))
+        self.feed_ids = observation_ids
+        self.context_length += len(generation.token_ids) + len(observation_ids)
+        return PlayedTurn(turn, outcome, observation_ids)
+
+    def fork(self) -> PolicyEpisode:
+        """An independent episode at the same point (the env forked; raises what its fork raises)."""
+        child = PolicyEpisode(self.env.fork(), self.prompt_ids)
+        child.feed_ids, child.context_length = list(self.feed_ids), self.context_length
+        return child
+
+    def close(self) -> Failure | None:
+        """Closes the env; a failing ``close()`` comes back as an ``ENV_CRASH`` failure."""
+        return self.env.close()

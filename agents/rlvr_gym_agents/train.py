@@ -1,0 +1,390 @@
+"""The trainer: the only reader of the whole :class:`TrainConfig`. Read :func:`train` top to bottom, then :func:`rl_step`.
+
+One RL step (Shao et al. 2024, DeepSeekMath §4; DAPO, Yu et al. 2025, for clip-higher, token-mean and dropping
+zero-variance groups), each line a stage package:
+
+1. **sample** (:mod:`rlvr_gym_agents.rollout`): ``tasks_per_step`` training tasks, ``group_size`` episodes each
+   (``rollout.sampler: flat``) or one rollout tree of ``group_size`` leaves per task (``tree``; ARPO/AEPO
+   branching at turn boundaries), through the one episode runner;
+2. **credit** (:mod:`rlvr_gym_agents.credit`): per-token advantages of ``algorithm.credit`` (soft, gigpo, treerl,
+   ...), the invalid-action penalty applied once;
+3. **drop** the groups whose returns are all equal (zero advantage; DAPO dynamic sampling);
+4. **update** (:mod:`rlvr_gym_agents.update`): ``epochs`` x ``num_minibatches`` clipped policy-gradient steps;
+5. **sync** the weights to a separate rollout engine (vLLM); no-op for the transformers engine;
+6. **log / evaluate / checkpoint** (metrics.jsonl, TensorBoard; held-out evaluation every ``eval.every_steps``;
+   an atomic checkpoint every ``train.checkpoint_every``; a rerun in the same ``output.dir`` resumes from it).
+
+Before RL the policy is built (or loaded), warm-started by behaviour cloning (:mod:`rlvr_gym_agents.warmstart`)
+and evaluated on held-out tasks (:mod:`rlvr_gym_agents.evaluate`); after RL it is evaluated again, both are
+printed side by side and the learning curve is written to ``learning_curve.png``.
+
+Envs run in the trainer's process, or with ``env.num_workers > 0`` in a pool of Ray workers
+(:class:`rlvr_gym.workers.EnvPool`): a worker that dies ends its episodes with an ``ENV_CRASH`` failure and is
+replaced; the run goes on. A step in which every episode crashed stops the run (:class:`TrainingError`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import json
+import random
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+import rlvr_gym
+from rlvr_gym import Env, Task, load_suite, spec
+from rlvr_gym_agents.config import TrainConfig, TrainLoopConfig, to_dict
+from rlvr_gym_agents.console import Console
+from rlvr_gym_agents.credit import CreditConfig, assign_credit, informative_groups
+from rlvr_gym_agents.evaluate import evaluate_both
+from rlvr_gym_agents.policy import Policy, SamplingParams, TransformersPolicy
+from rlvr_gym_agents.policy.chat import ChatFormat
+from rlvr_gym_agents.rollout.flat import FlatSampler
+from rlvr_gym_agents.rollout.tree_sampler import TreeSampler
+from rlvr_gym_agents.rollout.types import RolloutBatch, Trajectory
+from rlvr_gym_agents.run_io import (
+    MetricsLogger,
+    load_checkpoint,
+    plot_learning_curve,
+    recover_checkpoint,
+    save_checkpoint,
+    save_model_dir,
+)
+from rlvr_gym_agents.update.ppo import UpdateConfig, ppo_update
+from rlvr_gym_agents.warmstart import build_tiny_policy, warm_start
+
+
+class TrainingError(RuntimeError):
+    """The run cannot go on (for example every episode of a step crashed); the message says why and how to fix it."""
+
+
+@dataclasses.dataclass
+class Run:
+    """What one run's RL steps share: the stages' objects and configs, built once by :func:`train`."""
+
+    config: TrainConfig
+    policy: TransformersPolicy
+    rollout_policy: Policy
+    sampler: FlatSampler | TreeSampler
+    optimizer: torch.optim.Optimizer
+    credit: CreditConfig
+    update: UpdateConfig
+    ref_model: torch.nn.Module | None
+    train_tasks: list[Task] | None
+
+
+def train(config: TrainConfig, started: float | None = None) -> dict[str, Any]:
+    """Runs a whole recipe: build/load the policy, SFT warm start, evaluate, RL, evaluate, plot.
+
+    Envs of rollouts and evaluations run in-process, or in ``env.num_workers`` Ray workers (closed at the end).
+
+    Args:
+        config: the recipe.
+        started: the ``time.monotonic()`` reading at which the run began, from which ``train.run_budget_s`` and the
+            summary's ``elapsed_s`` count (default: now). ``rlvr-gym train`` passes its process's start, so the
+            budget covers the imports too.
+
+    Returns:
+        ``{"before": metrics, "after": metrics, "run_dir": str, "elapsed_s": float}``.
+
+    Raises:
+        rlvr_gym.UnknownEnvError / rlvr_gym.SuiteNotFoundError: an env id or suite of the recipe does not exist
+            (before any work).
+        TrainingError: every episode of an RL step crashed.
+    """
+    with env_factory_of(config) as env_factory:
+        return _train(config, env_factory, time.monotonic() if started is None else started)
+
+
+def _train(config: TrainConfig, env_factory: Callable[..., Env], began: float) -> dict[str, Any]:
+    """:func:`train` with envs from ``env_factory``, counting time from ``began`` (``time.monotonic()``)."""
+    train_tasks, test_tasks = load_task_sources(config)
+    run_dir = Path(config.output.dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.json").write_text(json.dumps(to_dict(config), indent=2) + "\n", encoding="utf-8")
+    _seed_everything(config.seed, config.model.num_threads)
+    console = Console(config.output.progress)
+    logger = MetricsLogger(run_dir, config.output.tensorboard)
+    policy, chat = build_policy(config, run_dir, train_tasks, test_tasks, console)
+    optimizer = torch.optim.AdamW(policy.model.parameters(), lr=config.train.learning_rate,
+                                  weight_decay=config.train.weight_decay)
+    rollout_policy = build_rollout_policy(config, policy, config.model.path_or_id or str(run_dir / "tiny_init"))
+    evaluate = _evaluator(config, rollout_policy, chat, test_tasks, console, env_factory)
+    checkpoint_dir = run_dir / "checkpoint"
+    start_step, state = 0, dict[str, Any]()
+    recover_checkpoint(checkpoint_dir)
+    if config.train.resume and (checkpoint_dir / "trainer_state.pt").is_file():
+        start_step, state = load_checkpoint(checkpoint_dir, policy.model, optimizer, policy.generator)
+        logger.truncate(state.get("metrics_lines", logger.num_lines()))  # lines after the checkpoint come again
+        console.note(f"resumed from {checkpoint_dir} at RL step {start_step}")
+    else:
+        logger.truncate(0)  # a run that starts over starts its log over
+        if config.sft.enabled:
+            state["sft"] = warm_start(config.sft, config.env, config.seed, policy.model, chat, train_tasks, console)
+            logger.log({"phase": "sft", "step": 0, **state["sft"]})
+        # The reference policy of the KL term (also on resume), and a model directory `rlvr-gym eval` loads.
+        save_model_dir(run_dir / "sft_model", policy.model, policy.tokenizer)
+        sync_weights(rollout_policy, policy)
+        state["before"] = evaluate("before RL")
+        logger.log({"phase": "eval", "step": 0, **_eval_scalars(state["before"])})
+        state["metrics_lines"] = logger.num_lines()
+        save_checkpoint(checkpoint_dir, policy.model, policy.tokenizer, optimizer, 0, policy.generator, state)
+    sync_weights(rollout_policy, policy)
+    run = Run(config, policy, rollout_policy, build_sampler(config, rollout_policy, chat, env_factory), optimizer,
+              credit_config(config), update_config(config),
+              _reference_model(policy.model, run_dir / "sft_model") if config.algorithm.loss.kl_coef > 0 else None,
+              train_tasks)
+    rl_began = time.monotonic()
+    for step in range(start_step + 1, config.train.num_steps + 1):
+        record = rl_step(run, step)
+        logger.log(record)
+        console.step(step, config.train.num_steps, record)
+        if config.eval.every_steps and step % config.eval.every_steps == 0 and step < config.train.num_steps:
+            logger.log({"phase": "eval", "step": step, **_eval_scalars(evaluate(f"step {step}"))})
+        now = time.monotonic()
+        stop = rl_stop_reason(config.train, now - began, now - rl_began, record["step_s"],
+                              state["before"].get("elapsed_s", 0.0))
+        periodic = config.train.checkpoint_every and step % config.train.checkpoint_every == 0
+        if stop or periodic or step == config.train.num_steps:
+            state["metrics_lines"] = logger.num_lines()
+            save_checkpoint(checkpoint_dir, policy.model, policy.tokenizer, optimizer, step, policy.generator, state)
+        if stop:
+            console.note(f"RL stopped by {stop} after step {step}")
+            break
+
+    state["after"] = evaluate("after RL")
+    last_step = max([start_step] + [r["step"] for r in logger.read() if r["phase"] == "rl"])
+    logger.log({"phase": "eval", "step": last_step, **_eval_scalars(state["after"])})
+    plot_learning_curve(logger.read(), run_dir / "learning_curve.png")
+    summary = {"before": state["before"], "after": state["after"], "run_dir": str(run_dir),
+               "elapsed_s": time.monotonic() - began, "process_cpu_s": time.process_time()}
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=float) + "\n", encoding="utf-8")
+    console.side_by_side(state["before"], state["after"], run_dir)
+    logger.close()
+    return summary
+
+
+def rl_step(run: Run, step: int) -> dict[str, Any]:
+    """One RL step: sample -> credit -> drop zero-variance groups -> update -> sync weights; returns its log record.
+
+    Raises:
+        TrainingError: every episode of the step crashed (the message is the first crash's).
+    """
+    began = time.monotonic()
+    tasks = draw_tasks(run.train_tasks, run.config, step)
+    batch = run.sampler.sample_batch(tasks, step)
+    check_not_all_crashed(batch, step)
+    advantages = assign_credit(batch, run.credit)
+    keep = (informative_groups(batch, run.credit) if run.config.algorithm.drop_zero_variance_groups
+            else torch.ones(len(batch.trajectories), dtype=torch.bool))
+    kept = [t for t, k in zip(batch.trajectories, keep.tolist()) if k]
+    rollout_s = time.monotonic() - began
+    update = (ppo_update(run.policy.model, run.optimizer, kept, advantages[keep], run.update, run.ref_model,
+                         run.policy.pad_token_id) if kept else {})
+    if kept:
+        sync_weights(run.rollout_policy, run.policy)
+    return {"phase": "rl", "step": step, "process_cpu_s": time.process_time(), **rollout_metrics(batch.trajectories),
+            **batch.metrics, **update, "tokens_generated": batch.tokens_generated,
+            "groups_kept": int(keep.sum()) // run.config.train.group_size, "rollout_s": rollout_s,
+            "step_s": time.monotonic() - began}
+
+
+# -- building the stages from the recipe ----------------------------------------------------------------------
+
+
+def load_task_sources(config: TrainConfig) -> tuple[list[Task] | None, list[Task]]:
+    """``(train tasks or None for seeded generation, the first eval.num_tasks held-out tasks)``, checked before any
+    work: the env id must be registered and every suite must exist.
+
+    Raises:
+        rlvr_gym.UnknownEnvError: ``env.env_id`` is not registered (the message suggests close ids).
+        rlvr_gym.SuiteNotFoundError: a suite does not exist. ValueError: too few test tasks, or shared ids.
+    """
+    env_spec = spec(config.env.env_id)
+    train = list(load_suite(config.env.train_suite)) if config.env.train_suite else None
+    test_name = config.env.test_suite or env_spec.default_suite
+    if test_name is None:
+        raise ValueError(f"{config.env.env_id} has no default suite; set env.test_suite=family/suite")
+    test = list(load_suite(test_name))
+    if len(test) < config.eval.num_tasks:
+        raise ValueError(f"test suite {test_name} has {len(test)} tasks, fewer than eval.num_tasks={config.eval.num_tasks}")
+    test = test[: config.eval.num_tasks]
+    if train and {t.id for t in train} & {t.id for t in test}:
+        raise ValueError(f"train suite {config.env.train_suite} and test suite {test_name} share task ids")
+    return train, test
+
+
+def build_policy(config: TrainConfig, run_dir: Path, train_tasks: list[Task] | None, test_tasks: list[Task],
+                 console: Console) -> tuple[TransformersPolicy, ChatFormat]:
+    """Loads ``model.path_or_id``, or builds the tiny policy once into ``run_dir/tiny_init``
+    (:func:`rlvr_gym_agents.warmstart.build_tiny_policy`) and loads it through the same code path as a hub model."""
+    path = config.model.path_or_id
+    if path is None:
+        path = str(run_dir / "tiny_init")
+        if not (Path(path) / "config.json").is_file():
+            with console.status("building the tiny tokenizer and model from env text"):
+                build_tiny_policy(config.model, config.sft, config.env, config.seed, train_tasks, test_tasks, path)
+    policy = TransformersPolicy.from_pretrained(path, device=config.model.device, dtype=config.model.dtype,
+                                                max_context_tokens=config.model.max_context_tokens, seed=config.seed)
+    chat = ChatFormat(policy.tokenizer, system_prompt=config.env.system_prompt)
+    policy.stop_token_ids = frozenset(policy.stop_token_ids | {chat.end_of_turn_id})
+    console.note(f"policy {path}: {sum(p.numel() for p in policy.model.parameters()):,} parameters, "
+                 f"vocabulary {len(policy.tokenizer)}")
+    return policy, chat
+
+
+def build_rollout_policy(config: TrainConfig, policy: TransformersPolicy, model_path: str) -> Policy:
+    """The policy that samples episodes: ``policy`` itself, or a vLLM engine over the same weights
+    (``rollout.engine=vllm``; the trainer pushes weights to it after every update)."""
+    if config.rollout.engine == "transformers":
+        return policy
+    from rlvr_gym_agents.policy.vllm import VLLMPolicy
+
+    return VLLMPolicy(model_path, policy.stop_token_ids, max_context_tokens=config.model.max_context_tokens,
+                      seed=config.seed)
+
+
+def build_sampler(config: TrainConfig, policy: Policy, chat: ChatFormat,
+                  env_factory: Callable[..., Env] = rlvr_gym.make) -> FlatSampler | TreeSampler:
+    """The recipe's sampler (``rollout.sampler``), with ``group_size`` episodes (or leaves) per task."""
+    sampling = SamplingParams(config.rollout.temperature, config.rollout.top_p, config.rollout.max_new_tokens)
+    if config.rollout.sampler == "tree":
+        return TreeSampler(policy, chat, config.rollout.tree, env_factory, sampling)
+    return FlatSampler(policy, chat, config.train.group_size, sampling, env_factory, config.env.max_turns,
+                       config.rollout.reuse_kv_cache)
+
+
+def credit_config(config: TrainConfig) -> CreditConfig:
+    """The credit stage's settings from the recipe's ``algorithm`` section."""
+    algorithm = config.algorithm
+    return CreditConfig(algorithm.credit, algorithm.estimator, algorithm.gigpo, algorithm.invalid_action_penalty,
+                        algorithm.tree_baseline, algorithm.dedup_shared_prefix)
+
+
+def update_config(config: TrainConfig) -> UpdateConfig:
+    """The update stage's settings from the recipe's ``algorithm``, ``rollout`` and ``train`` sections."""
+    algorithm = config.algorithm
+    return UpdateConfig(algorithm.epochs, algorithm.num_minibatches, algorithm.micro_batch_tokens, algorithm.loss,
+                        config.rollout.temperature, config.train.max_grad_norm)
+
+
+def _evaluator(config: TrainConfig, policy: Policy, chat: ChatFormat, tasks: list[Task], console: Console,
+               env_factory: Callable[..., Env]) -> Callable[[str], dict[str, Any]]:
+    """``evaluate(label)``: the held-out evaluation of ``eval`` (:func:`rlvr_gym_agents.evaluate.evaluate_both`)."""
+    return lambda label: evaluate_both(config.eval, config.rollout.max_new_tokens, config.env.max_turns, policy,
+                                       chat, tasks, console, label, env_factory)
+
+
+# -- the RL step's helpers --------------------------------------------------------------------------------------
+
+
+def check_not_all_crashed(batch: RolloutBatch, step: int) -> None:
+    """Stops the run when every episode of a step crashed (nothing was generated to learn from).
+
+    Raises:
+        TrainingError: naming the step, the env and the first failure's message.
+    """
+    crashed = [t for t in batch.trajectories if any(f.kind.value == "env_crash" for f in t.failures)]
+    if batch.trajectories and len(crashed) == len(batch.trajectories) and batch.tokens_generated == 0:
+        first = crashed[0]
+        raise TrainingError(f"every episode of RL step {step} crashed ({len(crashed)} episodes of {first.env_id}); "
+                            f"the first: {first.failures[0].message}")
+
+
+def rl_stop_reason(loop: TrainLoopConfig, run_s: float, rl_s: float, step_s: float, eval_s: float) -> str | None:
+    """Why RL stops after the current step (the cap that binds, for the log), or None to go on.
+
+    Args:
+        loop: ``max_time_s`` caps the RL loop; ``run_budget_s`` caps the whole run (see :class:`TrainLoopConfig`).
+        run_s: seconds since the run began (:func:`train`'s ``started``).
+        rl_s: seconds since the RL loop began.
+        step_s: seconds the step just done took (the next one is expected to take as long).
+        eval_s: seconds the evaluation before RL took (the final one is expected to take as long).
+    """
+    if loop.max_time_s is not None and rl_s > loop.max_time_s:
+        return f"train.max_time_s={loop.max_time_s}"
+    if loop.run_budget_s is not None and run_s + step_s + eval_s > loop.run_budget_s:
+        return (f"train.run_budget_s={loop.run_budget_s} ({run_s:.0f} s spent, one more step ~{step_s:.0f} s, "
+                f"final evaluation ~{eval_s:.0f} s)")
+    return None
+
+
+@contextlib.contextmanager
+def env_factory_of(config: TrainConfig) -> Iterator[Callable[..., Env]]:
+    """``rlvr_gym.make``, or with ``env.num_workers > 0`` the ``make`` of an :class:`EnvPool` (envs matching
+    ``env.remote`` run in Ray workers) that is closed when the block ends."""
+    if config.env.num_workers == 0:
+        yield rlvr_gym.make
+        return
+    from rlvr_gym.workers import EnvPool
+
+    with EnvPool(config.env.num_workers, remote=config.env.remote) as pool:
+        yield pool.make
+
+
+def draw_tasks(train_tasks: list[Task] | None, config: TrainConfig, step: int) -> list[Task]:
+    """The training tasks of one RL step, a pure function of (seed, step) so a resumed run draws the same.
+
+    From ``train_tasks`` when given (without replacement within a step), else fresh seeded tasks of
+    ``env.env_id`` (seeds from 1,000,000 up, away from suite seeds).
+    """
+    rng = random.Random(config.seed * 1_000_003 + step)
+    count = config.train.tasks_per_step
+    if train_tasks:
+        return rng.sample(train_tasks, min(count, len(train_tasks)))
+    seeds = [1_000_000 + rng.randrange(10**9) for _ in range(count)]
+    return [Task(id=f"train-{s}", env_id=config.env.env_id, options={"seed": s}) for s in seeds]
+
+
+def rollout_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
+    """Mean reward, success rate, turns, generated tokens, entropy and failure rates of a batch."""
+    generated = sum(t.num_generated_tokens for t in trajectories)
+    entropy = sum(sum(e for e, m in zip(t.entropies, t.loss_mask) if m) for t in trajectories)
+    failures: dict[str, int] = {}
+    for trajectory in trajectories:
+        for failure in trajectory.failures:
+            failures[failure.kind.value] = failures.get(failure.kind.value, 0) + 1
+    metrics = {
+        "reward_mean": float(np.mean([t.reward for t in trajectories])),
+        "success_rate": float(np.mean([t.success for t in trajectories])),
+        "turns_mean": float(np.mean([len(t.turns) for t in trajectories])),
+        "tokens_mean": float(np.mean([len(t.token_ids) for t in trajectories])),
+        "rollout_entropy": entropy / max(generated, 1),
+    }
+    metrics.update({f"failures/{kind}": count / len(trajectories) for kind, count in sorted(failures.items())})
+    return metrics
+
+
+def sync_weights(rollout_policy: Any, policy: Any) -> None:
+    """Pushes the trained weights to a separate rollout engine (vLLM); no-op when they are the same object."""
+    if rollout_policy is not policy:
+        rollout_policy.sync_weights(policy.model.named_parameters())
+
+
+def _reference_model(model: torch.nn.Module, sft_dir: Path) -> torch.nn.Module:
+    """A frozen copy of ``model`` holding the weights saved after the warm start."""
+    from safetensors.torch import load_file
+
+    ref = copy.deepcopy(model)
+    ref.load_state_dict(load_file(str(sft_dir / "model.safetensors")), strict=False)
+    if getattr(ref.config, "tie_word_embeddings", False):
+        ref.tie_weights()  # type: ignore[operator]
+    return ref.eval().requires_grad_(False)
+
+
+def _eval_scalars(result: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in result.items() if isinstance(value, (int, float)) or value is None}
+
+
+def _seed_everything(seed: int, num_threads: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    torch.set_num_threads(max(1, num_threads))

@@ -1,0 +1,206 @@
+"""Demonstrations for the warm start: experts, one demonstrated episode with injected mistakes, their token ids.
+
+Demonstrations: an expert (oracle) picks each action; with probability ``mistake_rate`` a random admissible
+action is taken instead and the expert recovers from the state it leads to; with probability
+``invalid_rate`` an action the env rejects (``sft.invalid_actions``), so the demonstrations show the env's
+failure feedback and a recovery from it, as a policy's own invalid actions will. Mistakes stay in the context
+(the policy learns to recover) but out of the loss (it never learns to make them), unless
+``sft.train_on_mistakes`` makes the warm start imitate them too (a noisy expert).
+
+An expert is a callable ``(env) -> action`` reading the env's current state; ``"gold"`` replays the task's
+gold actions (no recovery, so it only works with ``mistake_rate=0``), ``"oracle"`` asks the env's
+``oracle_action()`` planner, and ``"module:function"`` names any importable expert (e.g. a text world's planner).
+Episodes are stepped through :class:`rlvr_gym.episode.EnvEpisode`, the env side's one stepping owner.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import random
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import rlvr_gym
+from rlvr_gym import Env, Task
+from rlvr_gym.episode import EnvEpisode
+from rlvr_gym_agents.policy.chat import ChatFormat
+
+if TYPE_CHECKING:
+    from rlvr_gym_agents.config import EnvConfig, SFTConfig
+
+Expert = Callable[[Env], str]
+
+
+@dataclasses.dataclass
+class Demonstration:
+    """One demonstrated episode.
+
+    Attributes:
+        observations: ``observations[i]`` is what the agent saw before ``actions[i]``.
+        actions: the actions taken.
+        trained: per action, False for an injected mistake left out of the loss (kept in context).
+        success: whether the episode ended in success.
+    """
+
+    observations: list[str]
+    actions: list[str]
+    trained: list[bool]
+    success: bool
+
+
+def gold_expert(env: Env) -> str:
+    """Replays the task's gold actions in order (cannot recover from a mistake)."""
+    gold = getattr(env.task, "gold", None)
+    if not gold or env.turn >= len(gold):
+        raise ValueError(f"task {getattr(env.task, 'id', None)!r} has no gold action for turn {env.turn + 1}")
+    return str(gold[env.turn])
+
+
+def oracle_expert(env: Env) -> str:
+    """Asks the env's own planner (``env.oracle_action()``, e.g. the text world's), which replans from the
+    current state and so recovers from mistakes.
+
+    Raises:
+        TypeError: when the env has no ``oracle_action`` method.
+        ValueError: when the oracle has no action (the goal already holds).
+    """
+    oracle = getattr(env, "oracle_action", None)
+    if oracle is None:
+        raise TypeError(f"{type(env).__name__} has no oracle_action(); use sft.expert=gold or module:function")
+    action = oracle()
+    if action is None:
+        raise ValueError(f"the oracle has no action for task {getattr(env.task, 'id', None)!r} (goal already holds)")
+    return str(action)
+
+
+def load_expert(name: str) -> Expert:
+    """``"oracle"`` (the env's ``oracle_action()``), ``"gold"`` or ``"package.module:function"``.
+
+    Raises:
+        ValueError: on a name of neither form; ImportError / AttributeError when the target is missing.
+    """
+    if name == "gold":
+        return gold_expert
+    if name == "oracle":
+        return oracle_expert
+    if ":" not in name:
+        raise ValueError(f"expert {name!r} must be 'gold', 'oracle' or 'package.module:function'")
+    return import_callable(name, "expert")  # type: ignore[no-any-return]
+
+
+def import_callable(target: str, setting: str) -> Any:
+    """The object named by ``"package.module:function"`` (a recipe's pluggable expert or task generator).
+
+    Raises:
+        ValueError: naming ``setting`` when ``target`` has no ``:``; ImportError / AttributeError when the
+            module or function is missing.
+    """
+    module, sep, attr = target.partition(":")
+    if not sep:
+        raise ValueError(f"{setting} {target!r} must be 'package.module:function'")
+    return getattr(importlib.import_module(module), attr)
+
+
+def demonstrate(task: Task, expert: Expert, mistake_rate: float, rng: random.Random,
+                env_factory: Callable[..., Env] = rlvr_gym.make, max_turns: int | None = None,
+                train_on_mistakes: bool = False, invalid_rate: float = 0.0,
+                invalid_actions: Callable[[Env], list[str]] | None = None) -> Demonstration:
+    """Runs one episode with ``expert``, random admissible mistakes and actions the env rejects.
+
+    Each turn draws one uniform number u: u < ``invalid_rate`` takes a random action of
+    ``invalid_actions(env)``, one with the expert's first word (its verb) when there is one (never imitated:
+    the demonstration shows its failure feedback and the expert's recovery); u < ``invalid_rate +
+    mistake_rate`` takes a random admissible action other than the expert's; otherwise the expert's action.
+
+    Args:
+        task: the task to run.
+        expert: picks the next action from the env's state.
+        mistake_rate: probability in [0, 1) of taking a random admissible action (other than the expert's).
+        rng: the random generator of mistakes.
+        env_factory: builds the env.
+        max_turns: overrides the env's turn limit.
+        train_on_mistakes: mark the admissible mistakes ``trained`` too (imitated), not only kept in context.
+        invalid_rate: probability in [0, 1) of an action the env rejects; needs ``invalid_actions``.
+        invalid_actions: lists the actions the env's current state rejects.
+    """
+    episode, failure = EnvEpisode.start(task, env_factory, max_turns)
+    if episode is None:
+        raise RuntimeError(f"cannot demonstrate task {task.id}: {failure.message if failure else 'no env'}")
+    demo = Demonstration([], [], [], False)
+    try:
+        while not episode.done:
+            assert episode.env is not None
+            action, trained = _demonstrated_action(episode.env, episode.info, expert, rng, mistake_rate, invalid_rate,
+                                                   invalid_actions, train_on_mistakes)
+            demo.observations.append(episode.observation)
+            demo.actions.append(action)
+            demo.trained.append(trained)
+            outcome = episode.step(action)
+            if outcome.done:  # a crash ends the demonstration like any other end (never imitated past it)
+                demo.success = outcome.success
+                demo.observations.append(outcome.observation)
+        return demo
+    finally:
+        episode.close()
+
+
+def _demonstrated_action(env: Env, info: dict[str, Any], expert: Expert, rng: random.Random, mistake_rate: float,
+                         invalid_rate: float, invalid_actions: Callable[[Env], list[str]] | None,
+                         train_on_mistakes: bool) -> tuple[str, bool]:
+    """The action of one demonstrated turn and whether it is imitated (see :func:`demonstrate`)."""
+    action = expert(env)
+    draw = rng.random()
+    if draw < invalid_rate and invalid_actions is not None:
+        rejected = invalid_actions(env)
+        verb = action.split(" ", 1)[0]
+        alike = [a for a in rejected if a.split(" ", 1)[0] == verb]  # a slip on the expert's own command
+        if rejected:
+            return rng.choice(alike or rejected), False
+    choices = [a for a in info.get("admissible_actions", []) if a != action]
+    if choices and invalid_rate <= draw < invalid_rate + mistake_rate:
+        return rng.choice(choices), train_on_mistakes
+    return action, True
+
+
+def demonstration_ids(demo: Demonstration, chat: ChatFormat) -> tuple[list[int], list[int]]:
+    """Token ids of a demonstration and its loss mask (1 on the expert's action ids and end-of-turn id)."""
+    ids = chat.prompt_ids(demo.observations[0])
+    mask = [0] * len(ids)
+    for turn, (action, trained) in enumerate(zip(demo.actions, demo.trained)):
+        action_ids = chat.encode(action) + [chat.end_of_turn_id]
+        ids += action_ids
+        mask += [int(trained)] * len(action_ids)
+        if turn + 1 < len(demo.actions):
+            obs_ids = chat.observation_ids(demo.observations[turn + 1])
+            ids += obs_ids
+            mask += [0] * len(obs_ids)
+    return ids, mask
+
+
+def collect_demonstrations(sft: SFTConfig, env: EnvConfig, tasks: list[Task] | None, num_episodes: int,
+                           seed: int) -> list[Demonstration]:
+    """``num_episodes`` expert episodes with injected mistakes (``sft``), cycling over ``tasks`` (or seeded tasks of
+    ``env.env_id``)."""
+    rng = random.Random(seed)
+    expert = load_expert(sft.expert)
+    invalid = None if sft.invalid_actions is None else import_callable(sft.invalid_actions, "sft.invalid_actions")
+    pool = tasks or [Task(id=f"demo-{i}", env_id=env.env_id, options={"seed": 3_000_000 + i})
+                     for i in range(num_episodes)]
+    order = [pool[i % len(pool)] for i in range(num_episodes)]
+    return [demonstrate(task, expert, sft.mistake_rate, rng, max_turns=env.max_turns,
+                        train_on_mistakes=sft.train_on_mistakes, invalid_rate=sft.invalid_rate,
+                        invalid_actions=invalid) for task in order]
+
+
+def demonstration_tasks(sft: SFTConfig, env: EnvConfig, train_tasks: list[Task] | None) -> list[Task] | None:
+    """The tasks demonstrated in the warm start: ``train_tasks``, or ``sft.num_demos`` tasks from the generator
+    named by ``sft.demo_tasks`` (training split, seeds after the train suite's).
+
+    Raises:
+        ValueError: when ``sft.demo_tasks`` is not ``package.module:function``.
+    """
+    if sft.demo_tasks is None:
+        return train_tasks
+    generate = import_callable(sft.demo_tasks, "sft.demo_tasks")
+    return list(generate(env.env_id, "train", sft.num_demos, len(train_tasks or [])))
