@@ -313,7 +313,8 @@ def load_agent(spec: str, **sampling: Any) -> Any:
         if error.name and error.name.startswith("rlvr_gym_agents"):
             raise UsageError(f"--agent {spec!r} looks like a model; {AGENTS_MISSING}") from None
         raise
-    return load_model_agent(spec, temperature=sampling["temperature"], top_p=sampling["top_p"])
+    return load_model_agent(spec, temperature=sampling["temperature"], top_p=sampling["top_p"],
+                            seed=int(sampling.get("seed", 0)))
 
 
 def _load_python_agent(target: str) -> Any:

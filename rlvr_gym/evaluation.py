@@ -57,6 +57,7 @@ __all__ = [
     "AGENT_ERROR",
     "Agent",
     "BatchAgent",
+    "EpisodeAgent",
     "EpisodeRecord",
     "EvalReport",
     "episode_key",
@@ -88,6 +89,20 @@ class BatchAgent(Protocol):
     def act_batch(self, keys: list[str], observations: list[str], infos: list[dict[str, Any]]) -> list[str]:
         """Returns one action per key. ``keys[i]`` (``"task_id#sample"``) names the episode of
         ``observations[i]``; the same key is passed on every turn of that episode."""
+        ...
+
+
+@runtime_checkable
+class EpisodeAgent(Protocol):
+    """An agent that runs whole episodes itself, through its own episode runner (a model policy, token-in/token-out:
+    ``rlvr_gym_agents.evaluate.PolicyAgent``, which applies the model's context-window policy).
+
+    ``run_episodes(jobs, env_factory)`` gets ``(task, sample)`` pairs and returns one :class:`EpisodeRecord` per pair,
+    in order; envs come from ``env_factory``.
+    """
+
+    def run_episodes(self, jobs: list[tuple[Task, int]], env_factory: Callable[..., Env]) -> list[EpisodeRecord]:
+        """Runs one episode per job and returns their records."""
         ...
 
 
@@ -327,7 +342,7 @@ def _task_type(task: Task) -> str | None:
 
 
 def evaluate(
-    agent: Agent | BatchAgent | Callable[[str, dict[str, Any]], str],
+    agent: Agent | BatchAgent | EpisodeAgent | Callable[[str, dict[str, Any]], str],
     tasks: Iterable[Task],
     k: int = 1,
     *,
@@ -339,7 +354,8 @@ def evaluate(
     """Runs ``k`` episodes per task with ``agent`` and summarizes them.
 
     Args:
-        agent: an :class:`Agent`, a :class:`BatchAgent`, or a callable ``(observation, info) -> action``.
+        agent: an :class:`Agent`, a :class:`BatchAgent`, an :class:`EpisodeAgent` (runs its episodes itself), or a
+            callable ``(observation, info) -> action``.
         tasks: the tasks (a :class:`rlvr_gym.TaskSuite` or any iterable of :class:`rlvr_gym.Task`).
         k: samples per task (the k of pass@k), >= 1.
         env_factory: builds an env from an env id (``rlvr_gym.make``, or an env pool's ``make``).
@@ -367,6 +383,9 @@ def evaluate(
     if env_factory is make:
         for env_id in sorted({t.env_id for t in task_list}):
             spec(env_id)  # an unknown id fails before any episode runs
+    if isinstance(agent, EpisodeAgent):
+        records = agent.run_episodes([(task, sample) for task in task_list for sample in range(k)], env_factory)
+        return EvalReport(summarize(records, k), records)
     episodes = [_Episode(task, sample) for task in task_list for sample in range(k)]
     with _progress_bar(len(episodes), progress) as bar:
         if isinstance(agent, BatchAgent):

@@ -1,9 +1,10 @@
 """Held-out evaluation of a policy with the core metrics, and the model agent of ``rlvr-gym eval``.
 
-:func:`evaluate_policy` runs token-in/token-out rollouts (KV cache reused) and turns them into
-:class:`rlvr_gym.evaluation.EpisodeRecord` s summarised by :func:`rlvr_gym.evaluation.summarize`, so its
-pass@1 / pass@k mean exactly what ``rlvr-gym eval`` reports. :class:`PolicyAgent` is the other route: a
-``BatchAgent`` for :func:`rlvr_gym.evaluation.evaluate` (``rlvr-gym eval --agent <model dir or hub id>``).
+:func:`evaluate_policy` runs token-in/token-out rollouts through the one episode runner (KV cache reused, the
+model's context window enforced) and turns them into :class:`rlvr_gym.evaluation.EpisodeRecord` s summarised by
+:func:`rlvr_gym.evaluation.summarize`. :class:`PolicyAgent` is the same route as an
+:class:`rlvr_gym.evaluation.EpisodeAgent` for ``rlvr-gym eval --agent <model dir or hub id>``, so a checkpoint is
+evaluated exactly as the trainer evaluates it. :func:`evaluate_both` is the trainer's before/after evaluation.
 """
 
 from __future__ import annotations
@@ -56,6 +57,16 @@ def evaluate_policy(policy: Policy, chat: ChatFormat, tasks: Sequence[Task], k: 
         ``(metrics, records)``: :func:`rlvr_gym.evaluation.summarize` metrics and one record per episode.
     """
     jobs = [(task, sample) for task in tasks for sample in range(k)]
+    records = policy_records(policy, chat, jobs, sampling, env_factory=env_factory, max_turns=max_turns,
+                             batch_size=batch_size)
+    return summarize(records, k), records
+
+
+def policy_records(policy: Policy, chat: ChatFormat, jobs: Sequence[tuple[Task, int]], sampling: SamplingParams, *,
+                   env_factory: Callable[..., Env] = rlvr_gym.make, max_turns: int | None = None,
+                   batch_size: int = 128) -> list[EpisodeRecord]:
+    """One evaluation record per ``(task, sample)`` job, the episodes run by the flat sampler's episode runner
+    (:func:`rlvr_gym_agents.rollout.run_episodes`: KV cache reused, the context-window policy applied)."""
     records: list[EpisodeRecord] = []
     for start in range(0, len(jobs), batch_size):
         chunk = jobs[start:start + batch_size]
@@ -65,48 +76,28 @@ def evaluate_policy(policy: Policy, chat: ChatFormat, tasks: Sequence[Task], k: 
         elapsed = (time.monotonic() - began) / max(1, len(chunk))
         for (task, sample), trajectory in zip(chunk, trajectories):
             records.append(trajectory_record(trajectory, sample, elapsed, task.metadata.get("task_type")))
-    return summarize(records, k), records
+    return records
 
 
 class PolicyAgent:
-    """A :class:`rlvr_gym.evaluation.BatchAgent` backed by a policy, token-in/token-out per episode.
-
-    Each episode key keeps its own id context; the ids of a turn are the ids generated, and observations
-    are appended as ids, never re-encoding history.
+    """The model agent of ``rlvr-gym eval``: a :class:`rlvr_gym.evaluation.EpisodeAgent` that runs its episodes
+    through the trainer's episode runner, so a checkpoint is evaluated exactly as training evaluates it
+    (token-in/token-out, the model's context window enforced: an episode that would outgrow it ends as truncated
+    with a ``context_overflow`` failure).
 
     Args:
-        policy: the policy.
-        chat: the chat format of its tokenizer.
-        sampling: sampling of every turn.
+        policy: the policy. chat: the chat format of its tokenizer. sampling: sampling of every turn.
+        max_turns: overrides the envs' turn limit when given.
     """
 
-    def __init__(self, policy: Policy, chat: ChatFormat, sampling: SamplingParams) -> None:
-        self.policy, self.chat, self.sampling = policy, chat, sampling
-        self.contexts: dict[str, list[int]] = {}
-        self.turn_ended: dict[str, bool] = {}
+    def __init__(self, policy: Policy, chat: ChatFormat, sampling: SamplingParams,
+                 max_turns: int | None = None) -> None:
+        self.policy, self.chat, self.sampling, self.max_turns = policy, chat, sampling, max_turns
 
-    def act_batch(self, keys: list[str], observations: list[str], infos: list[dict[str, Any]]) -> list[str]:
-        """One action per key (see :class:`rlvr_gym.evaluation.BatchAgent`)."""
-        contexts = []
-        for key, observation in zip(keys, observations):
-            if key not in self.contexts:
-                self.contexts[key] = self.chat.prompt_ids(observation)
-            else:
-                self.contexts[key] += self.chat.observation_ids(observation, self.turn_ended[key])
-            contexts.append(self.contexts[key])
-        generations, _ = self.policy.generate(contexts, self.sampling)
-        actions = []
-        for key, generation in zip(keys, generations):
-            self.contexts[key] += generation.token_ids
-            self.turn_ended[key] = generation.finish_reason == "stop"
-            actions.append(self.chat.decode_action(generation.token_ids))
-        return actions
-
-    def end_episodes(self, keys: list[str]) -> None:
-        """Frees the contexts of ended episodes."""
-        for key in keys:
-            self.contexts.pop(key, None)
-            self.turn_ended.pop(key, None)
+    def run_episodes(self, jobs: list[tuple[Task, int]], env_factory: Callable[..., Env]) -> list[EpisodeRecord]:
+        """One record per ``(task, sample)`` job (see :class:`rlvr_gym.evaluation.EpisodeAgent`)."""
+        return policy_records(self.policy, self.chat, jobs, self.sampling, env_factory=env_factory,
+                              max_turns=self.max_turns)
 
 
 def load_agent(spec: str, temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 32,
@@ -118,7 +109,7 @@ def load_agent(spec: str, temperature: float = 1.0, top_p: float = 1.0, max_new_
     """
     policy = TransformersPolicy.from_pretrained(spec, device=device, seed=seed)
     sampling = SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
-    return PolicyAgent(policy, ChatFormat(policy.tokenizer, system_prompt=system_prompt), sampling)
+    return PolicyAgent(policy, ChatFormat.for_policy(policy, system_prompt), sampling)
 
 
 def evaluate_both(config: EvalConfig, max_new_tokens: int, max_turns: int | None, policy: Policy, chat: ChatFormat,

@@ -233,8 +233,7 @@ def build_policy(config: TrainConfig, run_dir: Path, train_tasks: list[Task] | N
                 build_tiny_policy(config.model, config.sft, config.env, config.seed, train_tasks, test_tasks, path)
     policy = TransformersPolicy.from_pretrained(path, device=config.model.device, dtype=config.model.dtype,
                                                 max_context_tokens=config.model.max_context_tokens, seed=config.seed)
-    chat = ChatFormat(policy.tokenizer, system_prompt=config.env.system_prompt)
-    policy.stop_token_ids = frozenset(policy.stop_token_ids | {chat.end_of_turn_id})
+    chat = ChatFormat.for_policy(policy, config.env.system_prompt)
     console.note(f"policy {path}: {sum(p.numel() for p in policy.model.parameters()):,} parameters, "
                  f"vocabulary {len(policy.tokenizer)}")
     return policy, chat

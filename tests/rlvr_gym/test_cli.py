@@ -125,7 +125,7 @@ def test_model_agent_delegates_to_rlvr_gym_agents(tmp_path: Path, monkeypatch: p
     monkeypatch.setitem(sys.modules, "rlvr_gym_agents.cli", fake_cli)
     assert main(["eval", "--agent", "runs/some-model", "--suite", "testing/echo", "--temperature", "0.7",
                  "--top-p", "0.9", "--out", str(tmp_path)]) == 0
-    assert calls == [("runs/some-model", {"temperature": 0.7, "top_p": 0.9})]
+    assert calls == [("runs/some-model", {"temperature": 0.7, "top_p": 0.9, "seed": 0})]  # --seed reaches the model
 
 
 def test_missing_agents_package_is_a_clear_message(monkeypatch: pytest.MonkeyPatch,

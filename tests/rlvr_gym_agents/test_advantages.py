@@ -12,11 +12,9 @@ from rlvr_gym_agents.credit.estimators import (
     discounted_returns,
     gigpo_advantages,
     group_advantages,
-    masked_whiten,
     nonzero_variance_groups,
-    overlong_penalty,
-    turn_rloo_advantages,
 )
+from rlvr_gym_agents.experimental import masked_whiten, overlong_penalty, turn_rloo_advantages
 
 REWARDS = torch.tensor([1.0, 0.0, 0.0, 1.0, 2.0, 2.0, 5.0])
 GROUPS = torch.tensor([7, 7, 7, 7, 3, 3, 9])  # arbitrary labels; group 3 all-equal, group 9 singleton

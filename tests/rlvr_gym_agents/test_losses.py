@@ -6,13 +6,13 @@ import math
 
 import pytest
 import torch
+from rlvr_gym_agents.experimental import entropy_band_penalty
 from rlvr_gym_agents.update.losses import (
     LOSSES,
     LossConfig,
     aggregate_loss,
     batch_stats,
     entropy_aware_advantages,
-    entropy_band_penalty,
     high_entropy_mask,
     kl_penalty,
     masked_mean,

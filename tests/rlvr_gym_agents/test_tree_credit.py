@@ -14,7 +14,6 @@ from rlvr_gym_agents.credit.tree_values import (
     soft_leaf_advantages,
     tree_values,
     treepo_leaf_advantages,
-    turn_anchor_keys,
 )
 
 # root 0 -> {1, 2}; 1 -> {3, 4, 5}. Leaves 2, 3, 4, 5 with rewards 0, 1, 1, 0.
@@ -89,10 +88,6 @@ def test_token_advantages_follow_segments() -> None:
     # deduplicated copies of a shared segment add up to its advantage once
     weights = per_row_node_weights(PARENTS, dedup=True)
     assert sum(w.get(1, 0.0) for w in weights.values()) == pytest.approx(1.0)
-
-
-def test_anchor_keys_are_branch_nodes() -> None:
-    assert turn_anchor_keys(PARENTS) == PARENTS
 
 
 @pytest.mark.parametrize(

@@ -269,3 +269,34 @@ def test_context_overflow_still_gives_n_leaves(tokenizer: Any, pre_monitoring: b
         assert len(tree.leaves()) == 4
         kinds = {f.kind.value for leaf in tree.leaves() for f in tree.nodes[leaf].failures}
         assert "context_overflow" in kinds
+
+
+def test_a_replayed_fallback_branch_can_fork_in_its_first_round(tokenizer: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fallback branch rebuilt by replay starts without a KV row (fresh, at depth >= 1). When it forks in its first
+    round, its child is fresh too and feeds the same full context: the sampler crashed here (AssertionError /
+    KeyError in the KV rewind) when a short context window sent many paths to the fallback."""
+    from rlvr_gym_agents.rollout.branching import BranchState
+
+    # only the replayed paths (ids >= 1: path 0 is the one global sample) branch, at every boundary
+    monkeypatch.setattr(BranchState, "decide", lambda self, path_id, *args: path_id >= 1)
+    policy = _policy(tokenizer)
+    sampler = TreeSampler(policy, ChatFormat(tokenizer),
+                          TreeSamplerConfig(num_leaves=4, branch=NEVER, global_samples=1, fallback="entropy",
+                                            fallback_share=0.5),
+                          env_factory=_make_echo)
+    trees = sampler.sample(echo_tasks(2), SAMPLING).trees
+    forked_fresh = 0
+    for tree in trees:
+        assert len(tree.leaves()) == 4
+        children: dict[int, int] = {}
+        for node in tree.nodes[1:]:
+            children[node.parent] = children.get(node.parent, 0) + 1
+        forked_fresh += sum(1 for n, count in children.items() if count >= 3 and tree.nodes[n].depth >= 1)
+        for traj in tree.trajectories():  # every leaf's log-probs are those of its own full context
+            ids = torch.tensor([traj.token_ids])
+            with torch.no_grad():
+                logprobs = torch.log_softmax(policy.model(input_ids=ids).logits[0].float(), dim=-1)
+            for pos, trained in enumerate(traj.loss_mask):
+                if trained:
+                    assert traj.logps[pos] == pytest.approx(float(logprobs[pos - 1, traj.token_ids[pos]]), abs=1e-4)
+    assert forked_fresh >= 1  # some boundary got the original child, the replayed branch and its fork

@@ -96,26 +96,6 @@ def group_advantages(rewards: Tensor, group_index: Tensor, estimator: str = "grp
     return ADVANTAGE_ESTIMATORS[estimator](rewards.float() if not rewards.is_floating_point() else rewards, dense, eps)
 
 
-def masked_whiten(values: Tensor, mask: Tensor, eps: float = 1e-8) -> Tensor:
-    """Whiten over valid positions: (x - mean) / sqrt(var + eps), unbiased variance; masked positions -> 0.
-
-    REINFORCE++ batch normalisation (Hu 2025; verl ``masked_whiten``).
-
-    Args:
-        values: any shape, float. mask: same shape, 1 = valid.
-
-    Raises:
-        ValueError: fewer than 2 valid positions (the variance is undefined).
-    """
-    mask = mask.to(values.dtype)
-    count = mask.sum()
-    if count < 2:
-        raise ValueError(f"masked_whiten needs at least 2 valid positions, got {int(count)}")
-    mean = (values * mask).sum() / count
-    var = (((values - mean) ** 2) * mask).sum() / (count - 1)
-    return (values - mean) * torch.rsqrt(var + eps) * mask
-
-
 def broadcast_to_tokens(advantages: Tensor, mask: Tensor) -> Tensor:
     """Per-token advantages (B, T), zero where ``mask`` is 0.
 
@@ -136,25 +116,6 @@ def broadcast_to_tokens(advantages: Tensor, mask: Tensor) -> Tensor:
 
 # ----------------------------------------------------------------------------------------------------------
 # DAPO pieces: overlong reward shaping and dynamic sampling (Yu et al. 2025, arXiv 2503.14476, §3.2, §3.4)
-
-
-def overlong_penalty(lengths: Tensor, max_length: int, buffer_length: int, penalty_factor: float = 1.0) -> Tensor:
-    """DAPO soft overlong punishment, to be added to the task reward.
-
-    r_len(L) = 0 if L <= L_max - L_buf; -(L - (L_max - L_buf)) / L_buf * factor up to L_max; -factor beyond.
-
-    Args:
-        lengths: response lengths in tokens (generated tokens only). Shape: (B,).
-        max_length: L_max, the response budget in tokens. buffer_length: L_buf, tokens, 0 < L_buf <= L_max.
-        penalty_factor: the penalty at L_max (>= 0).
-
-    Returns:
-        Penalties, shape (B,), float, in [-penalty_factor, 0].
-    """
-    if not 0 < buffer_length <= max_length:
-        raise ValueError(f"need 0 < buffer_length <= max_length; got buffer {buffer_length}, max {max_length}")
-    excess = lengths.float() - (max_length - buffer_length)
-    return (-excess / buffer_length * penalty_factor).clamp(min=-penalty_factor, max=0.0)
 
 
 def nonzero_variance_groups(rewards: Tensor, group_index: Tensor, atol: float = 0.0) -> Tensor:
@@ -199,55 +160,6 @@ def discounted_returns(step_rewards: Tensor, traj_index: Tensor, gamma: float = 
     return returns
 
 
-def _turn_numbers(traj_index: Tensor) -> list[int]:
-    seen: dict[int, int] = {}
-    turns = []
-    for traj in traj_index.tolist():
-        turns.append(seen.get(traj, 0))
-        seen[traj] = turns[-1] + 1
-    return turns
-
-
-def turn_rloo_advantages(step_rewards: Tensor, traj_index: Tensor, group_index: Tensor, gamma: float = 1.0) -> Tensor:
-    """Per-turn advantage A_{i,t} = G_{i,t} - mean_{j != i} G_{j,t}, unbiased under variable turn counts.
-
-    G_{j,t} is trajectory j's return-to-go from its turn t, and **0 when j ended before turn t** (an ended
-    episode sits in an absorbing state with zero reward). The baseline is computed from the *other*
-    trajectories of the group only, with a fixed number of terms, so it does not depend on trajectory i's
-    own actions, including its choice of when to stop.
-
-    Why not per-turn-index normalisation (MT-GRPO style): normalising each turn's reward by the group mean
-    at that turn index and summing those advantages up to the trajectory's own last turn subtracts
-    one baseline term per turn taken; the number of terms depends on the policy's stopping decision, which
-    makes the baseline action-dependent and biases the gradient with a hidden per-turn bonus of
-    -E[intermediate reward] (verl RFC #7244). ``tests/rlvr_gym_agents/test_advantages.py`` checks by exact
-    enumeration on a small stopping problem that this estimator is unbiased and that construction is not.
-
-    Args:
-        step_rewards: reward after each turn. Shape: (S,).
-        traj_index: trajectory id per row, rows of a trajectory in turn order. Shape: (S,).
-        group_index: group (task) id per row; constant within a trajectory. Shape: (S,).
-        gamma: discount for the returns-to-go.
-
-    Returns:
-        Shape (S,) float64; rows of groups with one trajectory get 0.
-    """
-    returns = discounted_returns(step_rewards, traj_index, gamma)
-    turns = _turn_numbers(traj_index)
-    group_of = {int(t): int(g) for t, g in zip(traj_index.tolist(), group_index.tolist(), strict=True)}
-    members: dict[int, set[int]] = {}
-    for traj, group in group_of.items():
-        members.setdefault(group, set()).add(traj)
-    table = {(int(traj_index[r]), turns[r]): float(returns[r]) for r in range(len(returns))}
-    adv = torch.zeros_like(returns)
-    for row, (traj, turn) in enumerate(zip(traj_index.tolist(), turns, strict=True)):
-        others = members[group_of[traj]] - {traj}
-        if others:
-            baseline = sum(table.get((j, turn), 0.0) for j in others) / len(others)
-            adv[row] = returns[row] - baseline
-    return adv
-
-
 @dataclasses.dataclass
 class GiGPOConfig:
     """GiGPO's step credit (Feng et al. 2025, arXiv 2505.10978), for ``algorithm.credit: gigpo``."""
@@ -284,7 +196,7 @@ def gigpo_advantages(
         traj_index: trajectory id per row, rows in turn order. Shape: (S,).
         group_index: task/prompt group per row. Shape: (S,).
         anchor_keys: hashable key of the env state each turn started from (raw observation text, or the
-            tree node it was forked from: :func:`tree_credit.turn_anchor_keys`). Length S.
+            tree node a turn starts from, as :mod:`rlvr_gym_agents.credit.tree` does). Length S.
         gamma: step discount (0.95 in every GiGPO example). omega: step-advantage weight (1.0).
         std_norm: divide by the std (ALFWorld example) or not (WebShop/Sokoban). eps: std offset.
 

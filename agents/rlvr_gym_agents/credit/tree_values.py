@@ -139,7 +139,7 @@ def treepo_leaf_advantages(parents: Sequence[int], leaf_rewards: Mapping[int, fl
     """TreePO: A_l = mean over the proper ancestors g of l with |L(g)| > 1 (the root always) of R_l - V(g).
 
     Li et al. 2025 (TreePO), ``compute_tree_reinforce_plus_plus_baseline_outcome_advantage`` with the
-    "average" aggregation, before batch whitening (apply :func:`advantages.masked_whiten` afterwards).
+    "average" aggregation, before batch whitening (:func:`rlvr_gym_agents.experimental.masked_whiten`).
 
     Returns:
         {leaf: advantage}.
@@ -167,16 +167,6 @@ def leaf_paths(parents: Sequence[int]) -> dict[int, list[int]]:
             node = parents[node]
         paths[leaf] = path[::-1]
     return paths
-
-
-def turn_anchor_keys(parents: Sequence[int]) -> list[int]:
-    """GiGPO anchor key of each node's turn: the node it starts from (identical forked env state).
-
-    Two segments with the same parent begin from the same state by construction, so
-    ``advantages.gigpo_advantages(..., anchor_keys=...)`` needs no observation hashing on a tree.
-    Shape: (N,) list; the root's key is -1.
-    """
-    return list(parents)
 
 
 def per_row_node_weights(parents: Sequence[int], dedup: bool) -> dict[int, dict[int, float]]:

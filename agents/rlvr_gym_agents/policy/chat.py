@@ -48,6 +48,14 @@ class ChatFormat:
         self.end_of_turn_id: int = tokenizer.convert_tokens_to_ids(eot)  # type: ignore[assignment]
         self._delta_prefix, self._delta_suffix = self._probe_delta()
 
+    @classmethod
+    def for_policy(cls, policy: Any, system_prompt: str | None = None) -> ChatFormat:
+        """The chat format of ``policy``'s tokenizer, with its end-of-turn id added to the policy's stop ids (so a
+        turn ends where the template ends an assistant message). Used by training and by ``rlvr-gym eval``."""
+        chat = cls(policy.tokenizer, system_prompt=system_prompt)
+        policy.stop_token_ids = frozenset(policy.stop_token_ids | {chat.end_of_turn_id})
+        return chat
+
     def _messages(self, first_observation: str) -> list[dict[str, str]]:
         system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
         return system + [{"role": "user", "content": first_observation}]

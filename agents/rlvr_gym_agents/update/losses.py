@@ -357,34 +357,6 @@ def high_entropy_mask(entropy: Tensor, mask: Tensor, quantile: float, threshold:
     return valid & (entropy.detach() >= threshold)
 
 
-def entropy_band_penalty(
-    entropy: Tensor, mask: Tensor, reference_entropy: Tensor, band: tuple[float, float] = (0.8, 1.2)
-) -> Tensor:
-    """Differentiable EPO entropy-smoothing penalty P = (H - clip(H, k_l H_ref, k_r H_ref))^2 per token.
-
-    EPO (Xu et al. 2025, arXiv 2509.22576) keeps each token's entropy inside a band around the historical mean
-    entropy of its env step; the released code builds the penalty from comparisons and constants, so it has no
-    gradient (algorithms.md §6.4). This form is 0 inside the band and its gradient pushes H back toward it.
-    Add ``coef * aggregate_loss(penalty, mask, ...)`` to the loss (coef about 1, band (0.8, 1.2)).
-
-    Args:
-        entropy: per-token entropy (nats), carrying gradient. Shape: (B, T).
-        mask: 1 on trained tokens. Shape: (B, T).
-        reference_entropy: H_ref, the historical mean entropy per row (B,) or per token (B, T), >= 0.
-        band: (k_l, k_r) with 0 <= k_l <= k_r.
-
-    Returns:
-        Penalties, shape (B, T), 0 where ``mask`` is 0.
-    """
-    low, high = band
-    if not 0.0 <= low <= high:
-        raise ValueError(f"band must satisfy 0 <= low <= high, got {band}")
-    ref = reference_entropy.detach()
-    ref = ref[:, None] if ref.ndim == 1 else ref
-    inside = torch.minimum(torch.maximum(entropy, low * ref), high * ref)
-    return (entropy - inside) ** 2 * mask.to(entropy.dtype)
-
-
 def policy_loss(
     logp: Tensor,
     old_logp: Tensor,
