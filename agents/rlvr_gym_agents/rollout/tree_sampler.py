@@ -134,9 +134,8 @@ class TreeSampler:
         self.policy, self.chat, self.sampling = policy, chat, sampling or SamplingParams()
         self.config = config or TreeSamplerConfig()
         self.env_factory = env_factory
-        if self.config.reuse_kv_cache and not isinstance(policy, TransformersPolicy):
-            # other engines (vLLM) get full contexts and reuse shared prefixes with their own prefix cache
-            self.config = dataclasses.replace(self.config, reuse_kv_cache=False)
+        # other engines (vLLM) get full contexts and reuse shared prefixes with their own prefix cache
+        self.reuse_kv_cache = self.config.reuse_kv_cache and isinstance(policy, TransformersPolicy)
         self.num_calls = 0  # seeds each call's branching draws differently, deterministically
 
     def sample(self, tasks: Sequence[Task], sampling: SamplingParams) -> TreeRollout:
@@ -166,11 +165,10 @@ class _Run:
         self.trees = [RolloutTree(task, group=i) for i, task in enumerate(tasks)]
         self.budgets = [self._budget() for _ in tasks]
         self.paths: list[_Path] = []
-        self.state: Any = None  # KV state whose rows are the non-fresh running paths, in self.paths order
+        self.kv = _KVRows(sampler.policy, sampling, sampler.reuse_kv_cache, self._context_ids)
         self.next_path_id = 0
         self.num_globals = [0] * len(tasks)
         self.num_branches = [0] * len(tasks)
-        self.state_rows: list[int] = []  # the path id of each row of self.state
         self.probe_envs: dict[int, PolicyEpisode] = {}  # env reset to build each root, reused by a sample
         self.pilot_entropies: dict[int, list[float]] = {}  # pre-monitoring: turn entropies of each pilot
 
@@ -300,12 +298,12 @@ class _Run:
         running = [p for p in running if not self._overflows(p)]
         if not running:
             return
-        generations, post_state, rewind = self._generate(running)
-        children: list[tuple[_Path, int]] = []  # (child path, row in post_state of its parent)
+        generations = self.kv.generate(running)
+        children: list[tuple[_Path, int]] = []  # (child path, row in the round's KV state of its parent)
         for row, (path, generation) in enumerate(zip(running, generations, strict=True)):
             children += [(c, row) for c in self._maybe_branch(path, generation)]
             self._advance(path, generation)
-        self._rebuild_state(running, post_state, rewind, children)
+        self.kv.rebuild(running, children)
 
     def _overflows(self, path: _Path) -> bool:
         """The context-window policy (:meth:`PolicyEpisode.overflow`): an overflow ends the path in a leaf."""
@@ -317,36 +315,6 @@ class _Run:
         )
         self._finish(path, node.index)
         return True
-
-    def _generate(self, running: list[_Path]) -> tuple[list[Generation], Any, Any]:
-        """One generate call for rows with a KV state and one for fresh rows; returns generations in
-        ``running`` order, the merged post state (rows in ``running`` order) and the pre-call rewind info."""
-        policy, reuse = self.sampler.policy, self.config.reuse_kv_cache
-        if not reuse:
-            contexts = [self._context_ids(p) for p in running]
-            return policy.generate(contexts, self.sampling)[0], None, None
-        warm = [p for p in running if not p.fresh]
-        fresh = [p for p in running if p.fresh]
-        out: dict[int, Generation] = {}
-        states, order = [], []
-        rewind = None
-        if warm:
-            rows = [self.state_rows.index(p.path_id) for p in warm]
-            state = self.state if rows == list(range(len(self.state))) else self.state.select(rows)
-            rewind = RewindInfo.of(state, [p.path_id for p in warm])
-            gens, state = policy.generate([p.episode.feed_ids for p in warm], self.sampling, state)
-            out.update({p.path_id: g for p, g in zip(warm, gens, strict=True)})
-            states.append(state)
-            order += [p.path_id for p in warm]
-        if fresh:
-            gens, state = policy.generate([p.episode.feed_ids for p in fresh], self.sampling)
-            out.update({p.path_id: g for p, g in zip(fresh, gens, strict=True)})
-            states.append(state)
-            order += [p.path_id for p in fresh]
-        merged = merge_kv_states(states)
-        if order != [p.path_id for p in running]:
-            merged = merged.select([order.index(p.path_id) for p in running])
-        return [out[p.path_id] for p in running], merged, rewind
 
     def _context_ids(self, path: _Path) -> list[int]:
         return self._context_ids_of(path.task_index, path.node)
@@ -438,25 +406,6 @@ class _Run:
         if failure is not None and path.done:
             self.trees[path.task_index].nodes[path.node].failures.append(failure)
 
-    def _rebuild_state(
-        self, running: list[_Path], post_state: Any, rewind: RewindInfo | None, children: list[tuple[_Path, int]]
-    ) -> None:
-        """The next round's KV state: surviving running rows, then each child's rewound copy of its parent."""
-        if post_state is None:
-            return
-        keep = [row for row, p in enumerate(running) if not p.done]
-        survivors = post_state if keep == list(range(len(running))) and not children else post_state.select(keep)
-        parts = [survivors] if keep else []
-        rows = [running[row].path_id for row in keep]
-        for child, row in children:
-            if child.fresh:  # the child of a fresh row feeds its full context next round
-                continue
-            assert rewind is not None  # a warm child's parent was a warm row of this round
-            parts.append(rewind.apply(post_state.select([row]), running[row].path_id))
-            rows.append(child.path_id)
-        self.state = merge_kv_states(parts) if parts else None
-        self.state_rows = rows
-
 
 def _log_keys(metrics: dict[str, Any]) -> dict[str, Any]:
     """Tree metrics as flat log keys: ``tree/<name>``, dicts as ``tree/<name>/<key>`` (lists kept as lists)."""
@@ -467,3 +416,67 @@ def _log_keys(metrics: dict[str, Any]) -> dict[str, Any]:
         else:
             flat[f"tree/{name}"] = value
     return flat
+
+
+class _KVRows:
+    """The KV state of a sampling call's running paths: one row per warm path (a path that has run through the
+    policy), and the per-round bookkeeping that rewinds a branching parent's row for its children.
+
+    With ``reuse_kv_cache`` off every call passes each path's full context (``context_ids(path)``) instead.
+    """
+
+    def __init__(self, policy: Policy, sampling: SamplingParams, reuse_kv_cache: bool,
+                 context_ids: Callable[[_Path], list[int]]) -> None:
+        self.policy, self.sampling, self.reuse, self.context_ids = policy, sampling, reuse_kv_cache, context_ids
+        self.state: Any = None  # rows: the warm running paths
+        self.rows: list[int] = []  # the path id of each row of ``state``
+        self.post_state: Any = None  # this round's state after generation, rows in ``running`` order
+        self.rewind: RewindInfo | None = None  # the warm rows before this round's call
+
+    def generate(self, running: list[_Path]) -> list[Generation]:
+        """One turn per running path, in ``running`` order: one generate call for the warm rows (their state
+        selected) and one for the fresh rows (full contexts); their states are merged for :meth:`rebuild`."""
+        if not self.reuse:
+            return self.policy.generate([self.context_ids(p) for p in running], self.sampling)[0]
+        warm = [p for p in running if not p.fresh]
+        fresh = [p for p in running if p.fresh]
+        out: dict[int, Generation] = {}
+        states, order = [], []
+        self.rewind = None
+        if warm:
+            rows = [self.rows.index(p.path_id) for p in warm]
+            state = self.state if rows == list(range(len(self.state))) else self.state.select(rows)
+            self.rewind = RewindInfo.of(state, [p.path_id for p in warm])
+            gens, state = self.policy.generate([p.episode.feed_ids for p in warm], self.sampling, state)
+            out.update({p.path_id: g for p, g in zip(warm, gens, strict=True)})
+            states.append(state)
+            order += [p.path_id for p in warm]
+        if fresh:
+            gens, state = self.policy.generate([p.episode.feed_ids for p in fresh], self.sampling)
+            out.update({p.path_id: g for p, g in zip(fresh, gens, strict=True)})
+            states.append(state)
+            order += [p.path_id for p in fresh]
+        merged = merge_kv_states(states)
+        if order != [p.path_id for p in running]:
+            merged = merged.select([order.index(p.path_id) for p in running])
+        self.post_state = merged
+        return [out[p.path_id] for p in running]
+
+    def rebuild(self, running: list[_Path], children: list[tuple[_Path, int]]) -> None:
+        """The next round's state: the surviving running rows, then each warm child's copy of its parent's row
+        rewound to the branch boundary (a fresh parent's child is fresh too and feeds its full context)."""
+        post_state = self.post_state
+        if post_state is None:
+            return
+        keep = [row for row, p in enumerate(running) if not p.done]
+        survivors = post_state if keep == list(range(len(running))) and not children else post_state.select(keep)
+        parts = [survivors] if keep else []
+        rows = [running[row].path_id for row in keep]
+        for child, row in children:
+            if child.fresh:
+                continue
+            assert self.rewind is not None  # a warm child's parent was a warm row of this round
+            parts.append(self.rewind.apply(post_state.select([row]), running[row].path_id))
+            rows.append(child.path_id)
+        self.state = merge_kv_states(parts) if parts else None
+        self.rows, self.post_state = rows, None
