@@ -15,7 +15,9 @@ Commands::
 BatchAgent class, a factory, an agent object or a ``(observation, info) -> action`` callable), or anything
 else: a model directory or hub id loaded by ``rlvr_gym_agents.cli.load_agent``.
 
-Exit codes: 0 ok, 1 a check failed, 2 usage error (bad arguments, unknown env id or suite, missing package).
+Exit codes: 0 ok, 1 a check failed or a training run failed (``train``: e.g. every episode of a step crashed),
+2 usage error (bad arguments, a malformed recipe, unknown env id, suite or model, missing package). Errors are
+one line that says how to fix them, never a traceback.
 """
 
 from __future__ import annotations
@@ -372,7 +374,8 @@ def _slug(text: str) -> str:
 
 # -- train --------------------------------------------------------------------------------------------------
 def cmd_train(args: argparse.Namespace, console: Console) -> int:
-    """Delegates to ``rlvr_gym_agents.cli.train_main([recipe, *overrides])``."""
+    """Delegates to ``rlvr_gym_agents.cli.train_main([recipe, *overrides])``, whose exit status it returns: 0, 1
+    (the run failed) or 2 (bad input); ``train_main`` prints its own ``rlvr-gym train: ...`` message."""
     try:
         from rlvr_gym_agents.cli import train_main
     except ModuleNotFoundError as error:

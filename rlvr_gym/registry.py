@@ -16,6 +16,7 @@ works too (with Gymnasium's wrappers; ``rlvr_gym.make`` returns the bare env, wh
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import importlib
@@ -193,16 +194,23 @@ def _load_entry_point(entry_point: str) -> Callable[..., Env]:
 
 
 def _unknown_message(env_id: str) -> str:
-    known = sorted(_REGISTRY)
-    close = difflib.get_close_matches(env_id, known, n=3, cutoff=0.5)
-    match = ENV_ID_PATTERN.match(env_id)
+    """What ``spec`` says on a miss: the closest ids among every installed family (imported here, on the error
+    path only, so the suggestions are complete), the installed families, and how to fix the id."""
     families = installed_families()
+    for name in families:
+        with contextlib.suppress(Exception):  # a broken family must not hide the message about this id
+            _try_import(f"rlvr_gym_{name}")
+    by_lower = {known.lower(): known for known in _REGISTRY}
+    close = [by_lower[c] for c in difflib.get_close_matches(env_id.lower(), sorted(by_lower), n=3, cutoff=0.5)]
+    match = ENV_ID_PATTERN.match(env_id)
     if not match:
         hint = "ids look like 'family/Name-v0'."
     elif match["family"] in families or match["family"] == "testing":
-        hint = f"`rlvr-gym envs` lists the ids of family {match['family']!r}."
+        hint = f"`rlvr-gym envs --family {match['family']}` lists the ids of family {match['family']!r}."
     else:
-        hint = f"did you install `rlvr-gym-{match['family']}`?"
+        similar = difflib.get_close_matches(match["family"], [*families, "testing"], n=1, cutoff=0.6)
+        hint = (f"no family {match['family']!r} is installed; did you mean {similar[0]!r}?" if similar
+                else f"did you install `rlvr-gym-{match['family']}`?")
     return (
         f"No env `{env_id}`. Closest registered ids: {', '.join(close) or 'none'}. "
         f"Installed families: {', '.join(families) or 'none'}. {hint}"

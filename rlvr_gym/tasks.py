@@ -13,6 +13,7 @@ Example line::
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 from collections.abc import Iterable, Iterator
@@ -59,6 +60,10 @@ class Task(pydantic.BaseModel):
 
 class TaskFileError(ValueError):
     """A task file is malformed. The message names the file and the 1-based line."""
+
+
+class SuiteNotFoundError(FileNotFoundError):
+    """No suite file under a name or path. The message names the folders searched and the closest suites."""
 
 
 class TaskSuite:
@@ -208,14 +213,15 @@ def load_suite(name: str | Path) -> TaskSuite:
     (``"textworld/easy-test"`` reads ``tasks/textworld/easy-test.jsonl``).
 
     Raises:
-        FileNotFoundError: for a missing file, or an unknown name (naming the folders searched and the
-            suites of that family that exist).
+        SuiteNotFoundError: (a FileNotFoundError) for a missing file, or an unknown name (naming the closest
+            suites, the suites of that family and the folders searched).
         TaskFileError: for a malformed suite file (naming file and line).
     """
     path = Path(name)
     if path.suffix == ".jsonl" or path.is_absolute() or path.is_file():
         if not path.is_file():
-            raise FileNotFoundError(f"suite file {path} not found")
+            raise SuiteNotFoundError(f"suite file {path} not found (expected a JSONL file of tasks, or a suite "
+                                     "name family/suite)")
         return TaskSuite.load(path)
     dirs = task_dirs()
     for folder in dirs:
@@ -224,8 +230,13 @@ def load_suite(name: str | Path) -> TaskSuite:
             return TaskSuite.load(candidate)
     family = str(name).split("/", 1)[0]
     known = sorted({f"{family}/{p.stem}" for folder in dirs for p in (folder / family).glob("*.jsonl")})
+    every = sorted({f"{p.parent.name}/{p.stem}" for folder in dirs for p in folder.glob("*/*.jsonl")})
+    # the family's own suites first: a typo in the suite part should not suggest another family's
+    close = difflib.get_close_matches(str(name), known, n=3, cutoff=0.5) or difflib.get_close_matches(
+        str(name), every, n=3, cutoff=0.5)
     searched = ", ".join(str(d) for d in dirs) or "none (set RLVR_GYM_TASKS)"
-    raise FileNotFoundError(
-        f"no suite {str(name)!r}; searched {searched}; suites of {family!r}: {', '.join(known) or 'none'}. "
+    raise SuiteNotFoundError(
+        f"no suite {str(name)!r}; did you mean {' or '.join(close) or '(no close name)'}? "
+        f"suites of {family!r}: {', '.join(known) or 'none'}; searched {searched}. "
         "Add folders with RLVR_GYM_TASKS=/path/to/tasks (os.pathsep-separated)."
     )

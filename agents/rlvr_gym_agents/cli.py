@@ -12,13 +12,26 @@ import time
 
 import psutil
 
-from rlvr_gym_agents.config import ConfigError, load_config
+from rlvr_gym import UnknownEnvError, spec
+from rlvr_gym.tasks import SuiteNotFoundError
+from rlvr_gym_agents.config import ConfigError, TrainConfig, load_config
 from rlvr_gym_agents.evaluate import PolicyAgent
 from rlvr_gym_agents.evaluate import load_agent as _load_agent
+from rlvr_gym_agents.policy.transformers import UnknownModelError, check_model_source
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 def train_main(argv: list[str]) -> int:
     """Runs ``rlvr-gym train RECIPE [key=value ...]``; returns the exit status.
+
+    Bad input fails before any work (:func:`check_recipe_inputs`). A failure the user can fix is printed as one line,
+    ``rlvr-gym train: <message>`` on stderr, without a traceback.
+
+    Returns:
+        0 on success; 1 when the run failed (:class:`~rlvr_gym_agents.train.TrainingError`, e.g. every episode of a
+        step crashed); 2 on bad input (malformed or unknown recipe keys, an unknown env id, suite or model), as
+        every ``rlvr-gym`` command.
 
     Example: ``rlvr-gym train agents/recipes/quickstart.yaml seed=1 train.num_steps=30``.
     """
@@ -26,15 +39,44 @@ def train_main(argv: list[str]) -> int:
     parser.add_argument("recipe", help="path to a recipe, e.g. agents/recipes/quickstart.yaml")
     parser.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. seed=1 train.num_steps=30")
     args = parser.parse_args(argv)
+    from rlvr_gym_agents.train import TrainingError, train
+
     try:
         config = load_config(args.recipe, args.overrides)
-    except (ConfigError, FileNotFoundError) as error:
-        print(f"rlvr-gym train: {error}", file=sys.stderr)
-        return 2
-    from rlvr_gym_agents.train import train
+        check_recipe_inputs(config)
+    except (ConfigError, UnknownEnvError, FileNotFoundError, ValueError, UnknownModelError) as error:
+        return _fail(error, EXIT_USAGE)
+    try:
+        train(config, started=process_start())
+    except TrainingError as error:
+        return _fail(error, EXIT_FAILED)
+    except (ConfigError, UnknownEnvError, SuiteNotFoundError, UnknownModelError) as error:
+        return _fail(error, EXIT_USAGE)
+    return EXIT_OK
 
-    train(config, started=process_start())
-    return 0
+
+def check_recipe_inputs(config: TrainConfig) -> None:
+    """Checks what a recipe names before any work starts: the env id, the suites (and the env id of every task in
+    them) and the model.
+
+    Raises:
+        rlvr_gym.UnknownEnvError: an env id is not registered (the message suggests the closest).
+        rlvr_gym.tasks.SuiteNotFoundError: a suite does not exist (the message suggests the closest).
+        ValueError: too few test tasks, or train and test suites share ids (``load_task_sources``).
+        FileNotFoundError / UnknownModelError: ``model.path_or_id`` names no loadable model.
+    """
+    from rlvr_gym_agents.train import load_task_sources
+
+    train_tasks, test_tasks = load_task_sources(config)
+    for env_id in sorted({task.env_id for task in [*(train_tasks or []), *test_tasks]}):
+        spec(env_id)
+    if config.model.path_or_id is not None:
+        check_model_source(config.model.path_or_id)
+
+
+def _fail(error: Exception, status: int) -> int:
+    print(f"rlvr-gym train: {error}", file=sys.stderr)
+    return status
 
 
 def process_start() -> float:

@@ -325,21 +325,22 @@ def load_config(recipe: str | Path | None, overrides: list[str] | None = None) -
 
     Raises:
         FileNotFoundError: when the recipe does not exist.
-        ConfigError: on an unknown key, a malformed override or a value of the wrong type.
+        ConfigError: on malformed YAML (naming file, line and column), an unknown key, a malformed override or a
+            value of the wrong type.
     """
     raw: dict[str, Any] = {}
     if recipe is not None:
         path = Path(recipe)
         if not path.is_file():
             raise FileNotFoundError(f"recipe {path} not found (recipes live in agents/recipes/*.yaml)")
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        raw = _parse_yaml(path.read_text(encoding="utf-8"), str(path)) or {}
         if not isinstance(raw, dict):
             raise ConfigError(f"recipe {path} must be a YAML mapping of sections, got {type(raw).__name__}")
     for override in overrides or []:
         key, sep, value = override.partition("=")
         if not sep or not key:
             raise ConfigError(f"override {override!r} must look like key=value (e.g. train.num_steps=30)")
-        _set_path(raw, key.strip().split("."), yaml.safe_load(value))
+        _set_path(raw, key.strip().split("."), _parse_yaml(value, f"override {override!r}", file=False))
     if "tree" in raw:
         raise ConfigError("the top-level tree: section is now rollout.tree (with rollout.sampler: tree); "
                           "overrides are rollout.tree.<key>=...")
@@ -350,6 +351,28 @@ def load_config(recipe: str | Path | None, overrides: list[str] | None = None) -
             raise ConfigError(f"rollout.tree.{key} is derived from {derived[key]}; set that instead")
         tree_raw["num_leaves"] = (raw.get("train") or {}).get("group_size", TrainLoopConfig.group_size)
     return _build(TrainConfig, raw, "").derive()
+
+
+def _parse_yaml(text: str, source: str, file: bool = True) -> Any:
+    """``yaml.safe_load(text)``; a syntax error becomes a :class:`ConfigError` naming ``source`` (and for a ``file``,
+    the 1-based line and column).
+
+    Raises:
+        ConfigError: e.g. ``"recipe.yaml:3:14: malformed YAML: expected ',' or ']', but got '<stream end>' (while
+            parsing a flow sequence that starts at line 3, column 14)"``.
+    """
+    try:
+        return yaml.safe_load(text)
+    except yaml.MarkedYAMLError as error:
+        mark, context_mark = error.problem_mark, error.context_mark
+        where = f"{source}:{mark.line + 1}:{mark.column + 1}" if file and mark is not None else source
+        context = f" ({error.context}" if error.context else ""
+        if context and file and context_mark is not None:
+            context += f" that starts at line {context_mark.line + 1}, column {context_mark.column + 1}"
+        raise ConfigError(f"{where}: malformed YAML: {error.problem}{context + ')' if context else ''}; "
+                          "fix the YAML there") from None
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{source}: malformed YAML: {error}") from None
 
 
 def _set_path(raw: dict[str, Any], keys: list[str], value: Any) -> None:

@@ -51,7 +51,9 @@ class MetricsLogger:
         if not self.path.is_file():
             return
         lines = [line for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip()]
-        self.path.write_text("".join(line + "\n" for line in lines[:num_lines]), encoding="utf-8")
+        part = self.path.with_name(self.path.name + ".part")
+        part.write_text("".join(line + "\n" for line in lines[:num_lines]), encoding="utf-8")
+        part.replace(self.path)  # atomic: a kill here leaves the old log or the truncated one, never a half
 
     def read(self) -> list[dict[str, Any]]:
         """All records so far."""

@@ -18,6 +18,7 @@ Branching (tree rollouts): ``state.select([0, 0, 1])`` returns a new state whose
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -189,8 +190,79 @@ def _nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     return torch.zeros_like(probs).scatter(1, order, sorted_probs)
 
 
+class UnknownModelError(OSError):
+    """``model.path_or_id`` names no loadable model: not a local directory, not in the local Hugging Face cache, and
+    the hub cannot provide it. The message names the closest cached models and how to fix it."""
+
+
 def _is_local(path_or_id: str) -> bool:
     return path_or_id.startswith((".", "/", "~")) or Path(path_or_id).exists() or path_or_id.count("/") > 1
+
+
+def check_model_source(path_or_id: str) -> None:
+    """Fails fast, before a download or any training, when ``path_or_id`` names no model that can be loaded.
+
+    A local-looking path must be a model directory. A hub id must be in the local Hugging Face cache, or else the
+    hub must answer for it (one metadata request; with ``HF_HUB_OFFLINE=1`` none is made): then
+    ``from_pretrained`` downloads it as before.
+
+    Raises:
+        FileNotFoundError: a local-looking path that does not exist or has no ``config.json``.
+        UnknownModelError: a hub id that is neither cached nor on a reachable hub, naming the closest cached models.
+    """
+    if _is_local(path_or_id):
+        folder = Path(path_or_id).expanduser()
+        if not folder.is_dir():
+            raise FileNotFoundError(f"model path {folder} does not exist (expected a model directory)")
+        if not (folder / "config.json").is_file():
+            raise FileNotFoundError(f"model path {folder} has no config.json (is it a model directory?)")
+        return
+    from huggingface_hub import constants, model_info, try_to_load_from_cache
+    from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, HFValidationError, RepositoryNotFoundError
+
+    try:
+        if isinstance(try_to_load_from_cache(path_or_id, "config.json", cache_dir=constants.HF_HUB_CACHE), str):
+            return
+    except HFValidationError as error:
+        raise UnknownModelError(_unknown_model_message(path_or_id, f"it is not a valid hub id ({error})")) from None
+    if constants.HF_HUB_OFFLINE:
+        raise UnknownModelError(_unknown_model_message(path_or_id, "HF_HUB_OFFLINE is set, so the hub is not asked"))
+    try:
+        model_info(path_or_id, timeout=10)
+    except GatedRepoError:
+        return  # gated: from_pretrained says whether this login has access
+    except RepositoryNotFoundError:
+        raise UnknownModelError(_unknown_model_message(
+            path_or_id, "the hub has no such model (or it is private: log in with `hf auth login`)")) from None
+    except HfHubHTTPError:
+        return  # the hub answered with another error: leave the verdict to from_pretrained
+    except Exception as error:  # noqa: BLE001  # no answer (DNS, connection, timeout: the http client's own
+        # exception types): nothing can be downloaded
+        raise UnknownModelError(_unknown_model_message(
+            path_or_id, f"the hub could not be reached ({error.__class__.__name__})")) from None
+
+
+def cached_models() -> list[str]:
+    """Ids of the models in the local Hugging Face cache (its ``models--org--name`` folders)."""
+    from huggingface_hub import constants
+
+    cache = Path(constants.HF_HUB_CACHE)
+    if not cache.is_dir():
+        return []
+    return sorted(p.name.removeprefix("models--").replace("--", "/") for p in cache.glob("models--*") if p.is_dir())
+
+
+def _unknown_model_message(path_or_id: str, reason: str) -> str:
+    from huggingface_hub import constants
+
+    cached = cached_models()
+    close = difflib.get_close_matches(path_or_id, cached, n=3, cutoff=0.6)
+    close += [c for c in cached if c.lower() == path_or_id.lower() and c not in close]
+    known = (f"Did you mean {' or '.join(close)} (cached)?" if close else
+             f"Cached models: {', '.join(cached[:10]) or 'none'}{' ...' if len(cached) > 10 else ''}.")
+    return (f"could not load hub model {path_or_id!r}: it is not a local model directory, not in the Hugging Face "
+            f"cache ({constants.HF_HUB_CACHE}), and {reason}. {known} Fix model.path_or_id, or download it where "
+            f"there is network (`hf download {path_or_id}`) and point HF_HOME at that cache, or pass a model directory.")
 
 
 def load_tokenizer(path_or_id: str) -> PreTrainedTokenizerBase:
@@ -202,6 +274,7 @@ def load_tokenizer(path_or_id: str) -> PreTrainedTokenizerBase:
 
     Raises:
         FileNotFoundError: when a local path does not exist or has no tokenizer files.
+        UnknownModelError: a hub id that is neither cached nor downloadable (:func:`check_model_source`).
     """
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
@@ -215,6 +288,7 @@ def load_tokenizer(path_or_id: str) -> PreTrainedTokenizerBase:
         if config_file.is_file() and '"PreTrainedTokenizerFast"' in config_file.read_text(encoding="utf-8"):
             return PreTrainedTokenizerFast.from_pretrained(str(folder))
         return AutoTokenizer.from_pretrained(str(folder))
+    check_model_source(path_or_id)
     return AutoTokenizer.from_pretrained(path_or_id)
 
 
@@ -229,23 +303,17 @@ def load_model_and_tokenizer(path_or_id: str, device: str = "cpu",
 
     Raises:
         FileNotFoundError: naming the path when a local model directory or its weights are missing.
+        UnknownModelError: a hub id that is neither cached nor downloadable (:func:`check_model_source`).
     """
+    check_model_source(path_or_id)
     if _is_local(path_or_id):
-        folder = Path(path_or_id).expanduser()
-        if not folder.is_dir():
-            raise FileNotFoundError(f"model path {folder} does not exist (expected a model directory)")
-        if not (folder / "config.json").is_file():
-            raise FileNotFoundError(f"model path {folder} has no config.json (is it a model directory?)")
-        AutoConfig.from_pretrained(str(folder))
+        AutoConfig.from_pretrained(str(Path(path_or_id).expanduser()))
     try:
         tokenizer = load_tokenizer(path_or_id)
         model = AutoModelForCausalLM.from_pretrained(path_or_id, dtype=getattr(torch, dtype))
     except OSError as error:
-        if _is_local(path_or_id):
+        if _is_local(path_or_id) or isinstance(error, UnknownModelError):
             raise
-        raise OSError(
-            f"could not load hub model {path_or_id!r}: it is not in the local Hugging Face cache and the hub "
-            f"did not answer. Download it where there is network (huggingface-cli download {path_or_id}) "
-            f"and point HF_HOME at that cache, or pass a local model directory. ({error.__class__.__name__})"
-        ) from error
+        raise UnknownModelError(_unknown_model_message(
+            path_or_id, f"loading it from the hub failed ({error.__class__.__name__}: {error})")) from error
     return model.to(device), tokenizer  # type: ignore[arg-type]
