@@ -21,6 +21,7 @@ from rlvr_gym_agents.credit import check_credit
 from rlvr_gym_agents.credit.estimators import GiGPOConfig
 from rlvr_gym_agents.rollout.tree_sampler import TreeSamplerConfig
 from rlvr_gym_agents.update.losses import LossConfig
+from rlvr_gym_agents.update.precision import DTYPES, PRECISIONS
 
 
 class ConfigError(ValueError):
@@ -53,7 +54,9 @@ class ModelConfig:
     device: str = "cpu"
     """``cpu`` or ``cuda[:N]``."""
     dtype: str = "float32"
-    """float32 (5x faster than bf16 on CPU), bfloat16 or float16."""
+    """float32 (5x faster than bf16 on CPU), bfloat16 or float16: the compute dtype. Under ``train.precision:
+    mixed`` the trained parameters stay fp32 and forward passes autocast to it; under ``pure`` the parameters are
+    loaded in it."""
     num_threads: int = 2
     """torch CPU threads (the machine's cores)."""
 
@@ -207,6 +210,10 @@ class TrainLoopConfig:
     """AdamW weight decay."""
     max_grad_norm: float = 1.0
     """Gradient clipping (global L2 norm)."""
+    precision: str = "mixed"
+    """``mixed``: fp32 master weights (parameters, gradients, AdamW state), forward passes of the update and the warm
+    start under ``torch.autocast`` to ``model.dtype`` when it is bfloat16/float16 (:mod:`rlvr_gym_agents.update.
+    precision`); ``pure``: parameters in ``model.dtype`` (bf16 AdamW steps at lr 1e-6 mostly round away)."""
     max_time_s: float | None = None
     """Stop RL after this many seconds (None: no cap)."""
     run_budget_s: float | None = None
@@ -271,6 +278,11 @@ class TrainConfig:
             raise ConfigError(f"algorithm.estimator must be grpo, drgrpo or rloo, got {self.algorithm.estimator!r}")
         if self.rollout.engine not in ("transformers", "vllm"):
             raise ConfigError(f"rollout.engine must be transformers or vllm, got {self.rollout.engine!r}")
+        if self.model.dtype not in DTYPES:
+            raise ConfigError(f"model.dtype must be one of {', '.join(DTYPES)}, got {self.model.dtype!r}")
+        if self.train.precision not in PRECISIONS:
+            raise ConfigError(f"train.precision must be mixed (fp32 master weights, autocast) or pure (parameters in "
+                              f"model.dtype), got {self.train.precision!r}")
         if self.train.group_size < 2:
             raise ConfigError(f"train.group_size must be >= 2 for group advantages, got {self.train.group_size}")
         self._derive_rollout()

@@ -58,6 +58,7 @@ from rlvr_gym_agents.run_io import (
     save_model_dir,
 )
 from rlvr_gym_agents.update.ppo import UpdateConfig, ppo_update
+from rlvr_gym_agents.update.precision import autocast, autocast_dtype, parameter_dtype
 from rlvr_gym_agents.warmstart import build_tiny_policy, warm_start
 
 
@@ -127,7 +128,9 @@ def _train(config: TrainConfig, env_factory: Callable[..., Env], began: float) -
     else:
         logger.truncate(0)  # a run that starts over starts its log over
         if config.sft.enabled:
-            state["sft"] = warm_start(config.sft, config.env, config.seed, policy.model, chat, train_tasks, console)
+            with autocast(policy.device, autocast_dtype(config.train.precision, config.model.dtype)):
+                state["sft"] = warm_start(config.sft, config.env, config.seed, policy.model, chat, train_tasks,
+                                          console)
             logger.log({"phase": "sft", "step": 0, **state["sft"]})
         # The reference policy of the KL term (also on resume), and a model directory `rlvr-gym eval` loads.
         save_model_dir(run_dir / "sft_model", policy.model, policy.tokenizer)
@@ -231,7 +234,9 @@ def build_policy(config: TrainConfig, run_dir: Path, train_tasks: list[Task] | N
         if not (Path(path) / "config.json").is_file():
             with console.status("building the tiny tokenizer and model from env text"):
                 build_tiny_policy(config.model, config.sft, config.env, config.seed, train_tasks, test_tasks, path)
-    policy = TransformersPolicy.from_pretrained(path, device=config.model.device, dtype=config.model.dtype,
+    # Mixed precision: the trained parameters are fp32 master weights (update.precision).
+    dtype = parameter_dtype(config.train.precision, config.model.dtype)
+    policy = TransformersPolicy.from_pretrained(path, device=config.model.device, dtype=dtype,
                                                 max_context_tokens=config.model.max_context_tokens, seed=config.seed)
     chat = ChatFormat.for_policy(policy, config.env.system_prompt)
     console.note(f"policy {path}: {sum(p.numel() for p in policy.model.parameters()):,} parameters, "
@@ -271,7 +276,8 @@ def update_config(config: TrainConfig) -> UpdateConfig:
     """The update stage's settings from the recipe's ``algorithm``, ``rollout`` and ``train`` sections."""
     algorithm = config.algorithm
     return UpdateConfig(algorithm.epochs, algorithm.num_minibatches, algorithm.micro_batch_tokens, algorithm.loss,
-                        config.rollout.temperature, config.train.max_grad_norm)
+                        config.rollout.temperature, config.train.max_grad_norm,
+                        autocast_dtype(config.train.precision, config.model.dtype))
 
 
 def _evaluator(config: TrainConfig, policy: Policy, chat: ChatFormat, tasks: list[Task], console: Console,

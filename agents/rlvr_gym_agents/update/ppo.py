@@ -22,6 +22,7 @@ from rlvr_gym_agents.batching import pad_right
 from rlvr_gym_agents.credit.estimators import broadcast_to_tokens
 from rlvr_gym_agents.rollout.types import Trajectory
 from rlvr_gym_agents.update.losses import BatchStats, LossConfig, batch_stats, policy_loss
+from rlvr_gym_agents.update.precision import autocast, model_device
 from rlvr_gym_agents.update.scoring import SharedPromptScorer
 
 
@@ -41,6 +42,9 @@ class UpdateConfig:
     """The rollouts' sampling temperature: log-probs are recomputed under the same distribution."""
     max_grad_norm: float = 1.0
     """Gradient clipping (global L2 norm)."""
+    autocast_dtype: str | None = None
+    """Forward passes run under ``torch.autocast`` to this dtype (``bfloat16``/``float16``) over fp32 master weights
+    (:mod:`rlvr_gym_agents.update.precision`); None: in the parameters' dtype."""
 
 
 def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, trajectories: list[Trajectory],
@@ -65,13 +69,14 @@ def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, traject
         ``train_tokens_per_s`` (real, unpadded tokens).
     """
     temperature = config.temperature
-    batch = _UpdateBatch.build(trajectories, advantages, pad_token_id)
+    batch = _UpdateBatch.build(trajectories, advantages, pad_token_id).to(model_device(model))
     loss_config = config.loss
     if loss_config.aggregation == "seq_mean_token_sum_norm" and loss_config.loss_scale_factor is None:
         # Dr. GRPO's constant: the batch's padded length, whatever the micro-batches are cropped to.
         loss_config = dataclasses.replace(loss_config, loss_scale_factor=float(batch.ids.shape[1]))
+    precision = autocast(model_device(model), config.autocast_dtype)
     if ref_model is not None:
-        with torch.no_grad():
+        with torch.no_grad(), precision:
             batch.ref_logp = _score(ref_model, batch, torch.arange(len(trajectories)), config.micro_batch_tokens,
                                     temperature, with_entropy=False)[0]
     model.train()
@@ -81,7 +86,7 @@ def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, traject
         for rows in torch.randperm(len(trajectories)).chunk(min(config.num_minibatches, len(trajectories))):
             optimizer.zero_grad(set_to_none=True)
             step_metrics = _accumulate_gradients(model, batch, rows, loss_config, config.micro_batch_tokens,
-                                                 temperature)
+                                                 temperature, config.autocast_dtype)
             step_metrics["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(model.parameters(),
                                                                              config.max_grad_norm))
             optimizer.step()
@@ -93,21 +98,27 @@ def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, traject
 
 
 def _accumulate_gradients(model: torch.nn.Module, batch: _UpdateBatch, rows: torch.Tensor, loss_config: LossConfig,
-                          max_tokens: int | None, temperature: float) -> dict[str, float]:
+                          max_tokens: int | None, temperature: float,
+                          autocast_dtype: str | None = None) -> dict[str, float]:
     """Backpropagates the loss of mini-batch ``rows``, micro-batch by micro-batch; returns its metrics.
 
     With one micro-batch, ``policy_loss`` takes the statistics from its own forward pass; with several, they come
     from the whole mini-batch (:func:`_minibatch_stats`), so every micro-batch loss is a summand of the same loss.
+    Forward passes run under autocast to ``autocast_dtype`` (None: off); backward passes outside it.
     """
     needs_entropy = (loss_config.entropy_coef > 0 or loss_config.entropy_advantage_weight > 0
                      or loss_config.top_entropy_quantile < 1.0)
-    scorer = batch.scorer(model, rows, temperature)
-    micros = scorer.micro_batches(rows, max_tokens)
-    stats = _minibatch_stats(model, batch, rows, loss_config, max_tokens, temperature) if len(micros) > 1 else None
+    device = model_device(model)
+    with autocast(device, autocast_dtype):
+        scorer = batch.scorer(model, rows, temperature)
+        micros = scorer.micro_batches(rows, max_tokens)
+        stats = (_minibatch_stats(model, batch, rows, loss_config, max_tokens, temperature) if len(micros) > 1
+                 else None)
     parts = []
     for micro in micros:
         width = max(batch.lengths[r] for r in micro.tolist())
-        logp, entropy = scorer.logprobs(model, micro, with_entropy=needs_entropy)
+        with autocast(device, autocast_dtype):
+            logp, entropy = scorer.logprobs(model, micro, with_entropy=needs_entropy)
         loss, metrics = policy_loss(
             logp, batch.old_logp[micro, :width], batch.token_adv[micro, :width], batch.mask[micro, :width],
             loss_config, entropy=entropy, stats=stats,
@@ -142,6 +153,11 @@ class _UpdateBatch:
                    token_adv=broadcast_to_tokens(adv, mask), lengths=[len(t.token_ids) for t in trajectories],
                    prompt_lengths=[t.prompt_length for t in trajectories], pad_token_id=pad_token_id)
 
+    def to(self, device: torch.device) -> _UpdateBatch:
+        """The batch's tensors on ``device`` (the model's)."""
+        return dataclasses.replace(self, ids=self.ids.to(device), mask=self.mask.to(device),
+                                   old_logp=self.old_logp.to(device), token_adv=self.token_adv.to(device))
+
     def scorer(self, model: torch.nn.Module, rows: torch.Tensor, temperature: float) -> SharedPromptScorer:
         """Runs the distinct prompts of ``rows`` once (with autograd when enabled) to score their continuations."""
         return SharedPromptScorer(model, self.ids, self.lengths, self.prompt_lengths, rows, temperature,
@@ -151,7 +167,7 @@ class _UpdateBatch:
 def _score(model: torch.nn.Module, batch: _UpdateBatch, rows: torch.Tensor, max_tokens: int | None,
            temperature: float, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs (and entropies) of ``rows``, micro-batch by micro-batch, as (len(rows), T) zero-padded tensors."""
-    logp = torch.zeros(len(rows), batch.ids.shape[1])
+    logp = torch.zeros(len(rows), batch.ids.shape[1], device=batch.ids.device)
     entropy = torch.zeros_like(logp) if with_entropy else None
     where = {row: i for i, row in enumerate(rows.tolist())}
     scorer = batch.scorer(model, rows, temperature)

@@ -47,7 +47,7 @@ class SharedPromptScorer:
             key = tuple(ids[row, : self.prompt_lengths[row]].tolist())
             self.prompt_of[row] = distinct.setdefault(key, len(distinct))
         self.prompt_mask, prompt_kv, last_logits = _run_prompts(model, list(distinct), pad_token_id,
-                                                                self._cache_kwarg)
+                                                                self._cache_kwarg, ids.device)
         self._outputs = [*prompt_kv, last_logits]  # keys and values of every layer, then the last logits
         grad = torch.is_grad_enabled()
         self._leaves = [t.detach().requires_grad_(grad) for t in self._outputs]
@@ -67,10 +67,10 @@ class SharedPromptScorer:
         """
         rows = micro.tolist()
         width = max(self.lengths[r] for r in rows)
-        starts = torch.tensor([self.prompt_lengths[r] for r in rows])
-        suffixes = torch.tensor([self.suffix_lengths[r] for r in rows])
+        starts = torch.tensor([self.prompt_lengths[r] for r in rows], device=self.ids.device)
+        suffixes = torch.tensor([self.suffix_lengths[r] for r in rows], device=self.ids.device)
         suffix = int(suffixes.max())
-        prompts = torch.tensor([self.prompt_of[r] for r in rows])
+        prompts = torch.tensor([self.prompt_of[r] for r in rows], device=self.ids.device)
         logits = self._leaves[-1][prompts, None]  # each row's first continuation id, from its prompt's end
         if suffix > 1:
             logits = torch.cat([logits, self._continuation_logits(model, rows, prompts, starts, suffixes)], dim=1)
@@ -98,19 +98,20 @@ class SharedPromptScorer:
         for index in range(len(self._leaves) // 2):
             cache.update(self._leaves[2 * index][prompts], self._leaves[2 * index + 1][prompts], index)
         ids = _suffix_ids(self.ids, rows, starts, suffix)[:, :-1]
-        real = torch.arange(suffix - 1)[None] < suffixes[:, None]
+        steps = torch.arange(suffix - 1, device=self.ids.device)[None]
+        real = steps < suffixes[:, None]
         mask = torch.cat([self.prompt_mask[prompts], real.long()], dim=1)
-        positions = starts[:, None] + torch.arange(suffix - 1)[None]
+        positions = starts[:, None] + steps
         out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
                     **{self._cache_kwarg: cache})
         return out.logits
 
 
-def _run_prompts(model: torch.nn.Module, prompts: list[tuple[int, ...]], pad_token_id: int,
-                 cache_arg: str) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
-    """Runs left-padded prompts; returns their (U, P) mask, the (U, heads, P, head_dim) keys and values of every
-    layer (k0, v0, k1, v1, ...) and the (U, V) logits of their last position."""
-    ids, mask = pad_left(prompts, pad_token_id)
+def _run_prompts(model: torch.nn.Module, prompts: list[tuple[int, ...]], pad_token_id: int, cache_arg: str,
+                 device: torch.device) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
+    """Runs left-padded prompts on ``device``; returns their (U, P) mask, the (U, heads, P, head_dim) keys and values
+    of every layer (k0, v0, k1, v1, ...) and the (U, V) logits of their last position."""
+    ids, mask = (t.to(device) for t in pad_left(prompts, pad_token_id))
     positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
     cache = DynamicCache()
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1,
@@ -124,13 +125,13 @@ def _run_prompts(model: torch.nn.Module, prompts: list[tuple[int, ...]], pad_tok
 def _suffix_ids(ids: torch.Tensor, rows: list[int], starts: torch.Tensor, width: int) -> torch.Tensor:
     """(b, width) ids from each row's prompt end on; columns past the batch's last repeat it (outside every
     row: masked out by the callers)."""
-    columns = (starts[:, None] + torch.arange(width)[None]).clamp(max=ids.shape[1] - 1)
-    return ids[torch.tensor(rows)[:, None], columns]
+    columns = (starts[:, None] + torch.arange(width, device=starts.device)[None]).clamp(max=ids.shape[1] - 1)
+    return ids[torch.tensor(rows, device=starts.device)[:, None], columns]
 
 
 def _to_row_layout(values: torch.Tensor, starts: torch.Tensor, suffix: torch.Tensor, width: int) -> torch.Tensor:
     """Moves (b, S) continuation values to (b, width) row positions starts + j; other positions are 0."""
-    offset = torch.arange(width)[None] - starts[:, None]
+    offset = torch.arange(width, device=starts.device)[None] - starts[:, None]
     inside = (offset >= 0) & (offset < suffix[:, None])
     taken = values.gather(1, offset.clamp(min=0, max=values.shape[1] - 1))
     return torch.where(inside, taken, torch.zeros_like(taken))
