@@ -12,12 +12,12 @@ import time
 
 import psutil
 
-from rlvr_gym import UnknownEnvError, spec
+from rlvr_gym import UnknownEnvError
 from rlvr_gym.tasks import SuiteNotFoundError
-from rlvr_gym_agents.config import ConfigError, TrainConfig, load_config
+from rlvr_gym_agents.config import ConfigError, load_config
 from rlvr_gym_agents.evaluate import PolicyAgent
 from rlvr_gym_agents.evaluate import load_agent as _load_agent
-from rlvr_gym_agents.policy.transformers import UnknownModelError, check_model_source
+from rlvr_gym_agents.policy.transformers import UnknownModelError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -25,7 +25,7 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 def train_main(argv: list[str]) -> int:
     """Runs ``rlvr-gym train RECIPE [key=value ...]``; returns the exit status.
 
-    Bad input fails before any work (:func:`check_recipe_inputs`). A failure the user can fix is printed as one line,
+    Bad input fails before any work (:func:`rlvr_gym_agents.train.check_recipe_inputs`). A failure the user can fix is printed as one line,
     ``rlvr-gym train: <message>`` on stderr, without a traceback.
 
     Returns:
@@ -39,7 +39,7 @@ def train_main(argv: list[str]) -> int:
     parser.add_argument("recipe", help="path to a recipe, e.g. agents/recipes/quickstart.yaml")
     parser.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. seed=1 train.num_steps=30")
     args = parser.parse_args(argv)
-    from rlvr_gym_agents.train import TrainingError, train
+    from rlvr_gym_agents.train import TrainingError, check_recipe_inputs, train
 
     try:
         config = load_config(args.recipe, args.overrides)
@@ -53,25 +53,6 @@ def train_main(argv: list[str]) -> int:
     except (ConfigError, UnknownEnvError, SuiteNotFoundError, UnknownModelError) as error:
         return _fail(error, EXIT_USAGE)
     return EXIT_OK
-
-
-def check_recipe_inputs(config: TrainConfig) -> None:
-    """Checks what a recipe names before any work starts: the env id, the suites (and the env id of every task in
-    them) and the model.
-
-    Raises:
-        rlvr_gym.UnknownEnvError: an env id is not registered (the message suggests the closest).
-        rlvr_gym.tasks.SuiteNotFoundError: a suite does not exist (the message suggests the closest).
-        ValueError: too few test tasks, or train and test suites share ids (``load_task_sources``).
-        FileNotFoundError / UnknownModelError: ``model.path_or_id`` names no loadable model.
-    """
-    from rlvr_gym_agents.train import load_task_sources
-
-    train_tasks, test_tasks = load_task_sources(config)
-    for env_id in sorted({task.env_id for task in [*(train_tasks or []), *test_tasks]}):
-        spec(env_id)
-    if config.model.path_or_id is not None:
-        check_model_source(config.model.path_or_id)
 
 
 def _fail(error: Exception, status: int) -> int:

@@ -46,6 +46,7 @@ from rlvr_gym_agents.credit import CreditConfig, assign_credit, informative_grou
 from rlvr_gym_agents.evaluate import evaluate_both
 from rlvr_gym_agents.policy import Policy, SamplingParams, TransformersPolicy
 from rlvr_gym_agents.policy.chat import ChatFormat
+from rlvr_gym_agents.policy.transformers import check_model_source
 from rlvr_gym_agents.rollout.flat import FlatSampler
 from rlvr_gym_agents.rollout.tree_sampler import TreeSampler
 from rlvr_gym_agents.rollout.types import RolloutBatch, Trajectory
@@ -200,6 +201,23 @@ def rl_step(run: Run, step: int) -> dict[str, Any]:
 
 
 # -- building the stages from the recipe ----------------------------------------------------------------------
+
+
+def check_recipe_inputs(config: TrainConfig) -> None:
+    """Checks what a recipe names before any work starts: the env id, the suites (and the env id of every task in
+    them) and the model.
+
+    Raises:
+        rlvr_gym.UnknownEnvError: an env id is not registered (the message suggests the closest).
+        rlvr_gym.tasks.SuiteNotFoundError: a suite does not exist (the message suggests the closest).
+        ValueError: too few test tasks, or train and test suites share ids (``load_task_sources``).
+        FileNotFoundError / UnknownModelError: ``model.path_or_id`` names no loadable model.
+    """
+    train_tasks, test_tasks = load_task_sources(config)
+    for env_id in sorted({task.env_id for task in [*(train_tasks or []), *test_tasks]}):
+        spec(env_id)
+    if config.model.path_or_id is not None:
+        check_model_source(config.model.path_or_id)
 
 
 def load_task_sources(config: TrainConfig) -> tuple[list[Task] | None, list[Task]]:
