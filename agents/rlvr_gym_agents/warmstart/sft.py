@@ -78,9 +78,7 @@ def behaviour_cloning(model: torch.nn.Module, examples: Sequence[tuple[list[int]
         curve_every: record the loss average every this many steps (>= 1).
         ema_decay: when set, in (0, 1): ``model`` ends with the exponential moving average of its weights after each
             step, ``avg <- decay * avg + (1 - decay) * weights``, started at the first step's weights (Polyak &
-            Juditsky 1992; ``torch.optim.swa_utils``); the loss and its curve are the trained weights'. In the
-            quickstart (one SFT run each of seeds 3 and 4) 0.99 moved greedy pass@1 from 0.25 / 0.22 to 0.32 / 0.245
-            and sampled pass@1 from 0.117 / 0.125 to 0.102 / 0.105.
+            Juditsky 1992; ``torch.optim.swa_utils``); the loss and its curve are the trained weights'.
 
     Raises:
         ValueError: ``curve_every < 1``, or ``ema_decay`` outside (0, 1).
@@ -89,9 +87,8 @@ def behaviour_cloning(model: torch.nn.Module, examples: Sequence[tuple[list[int]
         ``{"steps", "loss", "elapsed_s", "tokens_per_s", "stopped_by", "loss_curve", "time_schedule_from_step"}``;
         ``loss_curve`` is the moving average (nats/token) after steps ``curve_every``, ``2 * curve_every``, ...;
         ``time_schedule_from_step`` is the first step whose learning rate followed the time budget (None when
-        the step schedule held throughout, the reproducible case). The final ``loss``
-        alone is noisy with small batches: in the quickstart (8 episodes per batch) seeds 0 and 1 end at 0.174
-        and 0.260, though their curves read 0.188 and 0.203 at step 1,900.
+        the step schedule held throughout, the reproducible case). The final ``loss`` alone is noisy with small
+        batches; read ``loss_curve``.
     """
     if curve_every < 1:
         raise ValueError(f"curve_every must be >= 1, got {curve_every}")
