@@ -90,3 +90,4 @@ def test_gpu_recipes_load_with_fp32_master_weights(recipe: str) -> None:
     config = load_config(RECIPES / recipe)
     assert config.model.dtype == "bfloat16" and config.train.precision == "mixed"
     assert update_config(config).autocast_dtype == "bfloat16"
+    assert config.rollout.engine != "vllm" or config.algorithm.loss.rollout_correction in ("tis", "mis")

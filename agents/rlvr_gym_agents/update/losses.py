@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from rlvr_gym_agents.update.correction import CORRECTIONS, LEVELS
+
 AGGREGATIONS = ("token_mean", "seq_mean_token_sum", "seq_mean_token_mean", "seq_mean_token_sum_norm")
 KL_ESTIMATORS = ("k1", "abs", "k2", "k3", "k1+", "k3+")
 LOG_RATIO_CLAMP = 20.0  # verl clamps log pi - log pi_old to +-20 before exp to avoid inf
@@ -72,6 +74,16 @@ class LossConfig:
     """kl_cov: fraction of valid tokens (top covariance) that get the |log-ratio| penalty."""
     kl_cov_coef: float = 1.0
     """kl_cov: weight of the |log pi - log pi_old| penalty."""
+    rollout_correction: str = "none"
+    """Training-inference mismatch correction (:mod:`.correction`): ``none`` (the rollout's log-probs are pi_old),
+    ``tis`` (pi_old recomputed by the trainer; each token's loss weighted by min(pi_train / pi_rollout, cap)) or
+    ``mis`` (the same, tokens with a ratio outside [cap_low, cap] dropped)."""
+    rollout_correction_cap: float = 2.0
+    """C: the truncation of ``tis``, the top of ``mis``'s band (2.0 in Yao et al. 2025)."""
+    rollout_correction_low: float | None = None
+    """The bottom of ``mis``'s band; None = 1 / cap."""
+    rollout_correction_level: str = "token"
+    """``token`` (a ratio per token) or ``sequence`` (the product over the sequence; one weight per sequence)."""
     extra: dict[str, float] = field(default_factory=dict)
     """Reserved for experimental surrogates; unused by the built-in ones."""
 
@@ -86,6 +98,13 @@ class LossConfig:
             raise ValueError(f"need 0 <= clip_low < 1 and clip_high >= 0; got {self.clip_low}, {self.clip_high}")
         if self.dual_clip is not None and self.dual_clip <= 1.0:
             raise ValueError(f"dual_clip must be > 1 (e.g. 3.0) or None; got {self.dual_clip}")
+        if self.rollout_correction not in CORRECTIONS or self.rollout_correction_level not in LEVELS:
+            raise ValueError(f"rollout_correction must be one of {CORRECTIONS} and rollout_correction_level one of "
+                             f"{LEVELS}; got {self.rollout_correction!r}, {self.rollout_correction_level!r}")
+        low = self.rollout_correction_low
+        if self.rollout_correction_cap <= 1.0 or (low is not None and not 0.0 <= low <= 1.0):
+            raise ValueError(f"need rollout_correction_cap > 1 and rollout_correction_low in [0, 1] (or null); got "
+                             f"{self.rollout_correction_cap}, {low}")
         if not 0.0 < self.top_entropy_quantile <= 1.0:
             raise ValueError(f"top_entropy_quantile must be in (0, 1]; got {self.top_entropy_quantile}")
 
@@ -367,8 +386,9 @@ def policy_loss(
     entropy: Tensor | None = None,
     global_token_count: float | None = None,
     stats: BatchStats | None = None,
+    rollout_weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
-    """Total policy loss = agg(surrogate) + kl_coef * agg(KL) - entropy_coef * agg(H).
+    """Total policy loss = agg(w * surrogate) + kl_coef * agg(KL) - entropy_coef * agg(H).
 
     Args:
         logp: log pi_theta of the sampled tokens (requires grad). Shape: (B, T).
@@ -381,6 +401,8 @@ def policy_loss(
             Needed by entropy_coef > 0, entropy_advantage_weight > 0 and top_entropy_quantile < 1.
         global_token_count: valid tokens in the whole mini-batch (token_mean divisor); overrides ``stats``.
         stats: whole-mini-batch statistics from :func:`batch_stats`; default: computed from this batch.
+        rollout_weights: w, detached importance weights of the training-inference mismatch correction
+            (:func:`rlvr_gym_agents.update.correction.rollout_correction`); None = 1. Shape: (B, T).
 
     Returns:
         (scalar loss, metrics) with metrics ``pg_loss``, ``kl``, ``entropy``, ``clip_frac``, ``ratio_mean``,
@@ -412,6 +434,8 @@ def policy_loss(
     if config.top_entropy_quantile < 1.0:
         assert entropy is not None
         pg_mask = mask_f * high_entropy_mask(entropy, mask, config.top_entropy_quantile, stats.entropy_threshold)
+    if rollout_weights is not None:
+        pg_mask = pg_mask * rollout_weights.detach().to(pg_mask.dtype)
     # The denominator stays the full token count: masking forking tokens must not rescale the loss.
     pg_loss = aggregate_loss(token_loss * pg_mask, mask_f, config.aggregation, **counts)
     loss = pg_loss

@@ -21,6 +21,7 @@ import torch
 from rlvr_gym_agents.batching import pad_right
 from rlvr_gym_agents.credit.estimators import broadcast_to_tokens
 from rlvr_gym_agents.rollout.types import Trajectory
+from rlvr_gym_agents.update.correction import rollout_correction
 from rlvr_gym_agents.update.losses import BatchStats, LossConfig, batch_stats, policy_loss
 from rlvr_gym_agents.update.precision import autocast, model_device
 from rlvr_gym_agents.update.scoring import SharedPromptScorer
@@ -74,11 +75,12 @@ def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, traject
     if loss_config.aggregation == "seq_mean_token_sum_norm" and loss_config.loss_scale_factor is None:
         # Dr. GRPO's constant: the batch's padded length, whatever the micro-batches are cropped to.
         loss_config = dataclasses.replace(loss_config, loss_scale_factor=float(batch.ids.shape[1]))
-    precision = autocast(model_device(model), config.autocast_dtype)
     if ref_model is not None:
-        with torch.no_grad(), precision:
+        with torch.no_grad(), autocast(model_device(model), config.autocast_dtype):
             batch.ref_logp = _score(ref_model, batch, torch.arange(len(trajectories)), config.micro_batch_tokens,
                                     temperature, with_entropy=False)[0]
+    correction = _correct_rollout_mismatch(model, batch, loss_config, config) if (
+        loss_config.rollout_correction != "none") else {}
     model.train()
     history: list[dict[str, float]] = []
     began = time.monotonic()
@@ -94,7 +96,23 @@ def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, traject
     means = {key: float(np.mean([h[key] for h in history if key in h])) for key in history[0]}
     tokens = config.epochs * sum(batch.lengths)
     means["train_tokens_per_s"] = tokens / max(time.monotonic() - began, 1e-9)
-    return means
+    return {**means, **correction}
+
+
+def _correct_rollout_mismatch(model: torch.nn.Module, batch: _UpdateBatch, loss_config: LossConfig,
+                              config: UpdateConfig) -> dict[str, float]:
+    """Recomputes pi_old with the trainer (gradient-free, eval mode, the update's precision), makes it the batch's
+    ``old_logp`` and sets the importance weights against the rollout engine's log-probs (:mod:`.correction`);
+    returns the mismatch metrics."""
+    model.eval()
+    with torch.no_grad(), autocast(model_device(model), config.autocast_dtype):
+        train_logp = _score(model, batch, torch.arange(len(batch.lengths)), config.micro_batch_tokens,
+                            config.temperature, with_entropy=False)[0]
+    batch.rollout_weights, metrics = rollout_correction(
+        train_logp, batch.old_logp, batch.mask, loss_config.rollout_correction, loss_config.rollout_correction_cap,
+        loss_config.rollout_correction_low, loss_config.rollout_correction_level)
+    batch.old_logp = train_logp
+    return metrics
 
 
 def _accumulate_gradients(model: torch.nn.Module, batch: _UpdateBatch, rows: torch.Tensor, loss_config: LossConfig,
@@ -123,6 +141,7 @@ def _accumulate_gradients(model: torch.nn.Module, batch: _UpdateBatch, rows: tor
             logp, batch.old_logp[micro, :width], batch.token_adv[micro, :width], batch.mask[micro, :width],
             loss_config, entropy=entropy, stats=stats,
             ref_logp=batch.ref_logp[micro, :width] if batch.ref_logp is not None else None,
+            rollout_weights=batch.rollout_weights[micro, :width] if batch.rollout_weights is not None else None,
         )
         loss.backward()
         metrics["loss"] = float(loss.detach())
@@ -143,6 +162,8 @@ class _UpdateBatch:
     prompt_lengths: list[int]
     pad_token_id: int
     ref_logp: torch.Tensor | None = None
+    rollout_weights: torch.Tensor | None = None
+    """Importance weights of the mismatch correction (None: off)."""
 
     @classmethod
     def build(cls, trajectories: list[Trajectory], advantages: torch.Tensor, pad_token_id: int) -> _UpdateBatch:
