@@ -108,6 +108,14 @@ def _add_eval_parser(commands: Any) -> None:
     evaluate.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (model agents)")
     evaluate.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling p (model agents)")
     evaluate.add_argument("--seed", type=int, default=0, help="seed of the random agent / sampling")
+    evaluate.add_argument("--system-prompt", help="system message before the first observation (model agents; "
+                                                  "default: the training run's, '' for none)")
+    evaluate.add_argument("--max-new-tokens", type=int, help="generated tokens per turn at most (model agents; "
+                                                             "default: the training run's, else 32)")
+    evaluate.add_argument("--device", help="cpu or cuda[:N] (model agents; default: the training run's when "
+                                           "available, else cpu)")
+    evaluate.add_argument("--dtype", choices=["float32", "bfloat16", "float16"],
+                          help="model dtype (model agents; default: the training run's, else float32)")
     evaluate.set_defaults(run=cmd_eval)
 
 
@@ -268,7 +276,9 @@ def cmd_eval(args: argparse.Namespace, console: Console) -> int:
         raise UsageError(f"suite {args.suite!r} has no tasks" + (f" in split {args.split!r}" if args.split else ""))
     for env_id in sorted({t.env_id for t in tasks}):
         rlvr_gym.spec(env_id)
-    agent = load_agent(args.agent, temperature=args.temperature, top_p=args.top_p, seed=args.seed)
+    agent = load_agent(args.agent, temperature=args.temperature, top_p=args.top_p, seed=args.seed,
+                       system_prompt=args.system_prompt, max_new_tokens=args.max_new_tokens, device=args.device,
+                       dtype=args.dtype)
     console.print(f"evaluating {args.agent} on {len(tasks)} task(s) of {args.suite}, k={args.k}")
     with _env_factory(args.workers) as env_factory:
         report = evaluate(agent, tasks, k=args.k, env_factory=env_factory, max_parallel=args.max_parallel,
@@ -315,8 +325,11 @@ def load_agent(spec: str, **sampling: Any) -> Any:
         if error.name and error.name.startswith("rlvr_gym_agents"):
             raise UsageError(f"--agent {spec!r} looks like a model; {AGENTS_MISSING}") from None
         raise
+    # Options left unset are not passed: the model's training run supplies them (rlvr_gym_agents.evaluate.load_agent).
+    options = {key: sampling[key] for key in ("system_prompt", "max_new_tokens", "device", "dtype")
+               if sampling.get(key) is not None}
     return load_model_agent(spec, temperature=sampling["temperature"], top_p=sampling["top_p"],
-                            seed=int(sampling.get("seed", 0)))
+                            seed=int(sampling.get("seed", 0)), **options)
 
 
 def _load_python_agent(target: str) -> Any:

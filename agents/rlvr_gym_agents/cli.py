@@ -71,7 +71,9 @@ def load_agent(spec: str, **sampling: object) -> PolicyAgent:
 
     Args:
         spec: a model directory (e.g. ``runs/quickstart/checkpoint``) or a hub id.
-        **sampling: ``temperature``, ``top_p``, ``max_new_tokens``, ``device``, ``system_prompt``, ``seed``.
+        **sampling: ``temperature``, ``top_p``, ``max_new_tokens``, ``device``, ``dtype``, ``system_prompt``,
+            ``seed``, ``max_turns``; those left None come from the training run's ``config.json`` when ``spec`` is a
+            directory inside a run directory (:func:`rlvr_gym_agents.evaluate.load_agent`).
 
     Raises:
         FileNotFoundError: naming the path when a local model directory or its tokenizer is missing.

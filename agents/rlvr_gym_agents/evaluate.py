@@ -9,9 +9,13 @@ evaluated exactly as the trainer evaluates it. :func:`evaluate_both` is the trai
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import torch
 
 import rlvr_gym
 from rlvr_gym import Env, Failure, Task
@@ -100,16 +104,49 @@ class PolicyAgent:
                               max_turns=self.max_turns)
 
 
-def load_agent(spec: str, temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 32,
-               device: str = "cpu", system_prompt: str | None = None, seed: int = 0) -> PolicyAgent:
+def load_agent(spec: str, temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int | None = None,
+               device: str | None = None, system_prompt: str | None = None, seed: int = 0,
+               dtype: str | None = None, max_turns: int | None = None) -> PolicyAgent:
     """A :class:`PolicyAgent` from a model directory or hub id (``rlvr-gym eval --agent SPEC``).
+
+    A checkpoint is evaluated as it was trained: when ``spec`` is a directory inside a run directory (the trainer's
+    ``checkpoint``, ``sft_model`` or ``tiny_init``), the run's ``config.json`` supplies the defaults of every
+    argument left None: ``system_prompt`` (``env.system_prompt``), ``max_new_tokens`` (``rollout.max_new_tokens``),
+    ``max_turns`` (``env.max_turns``), ``device`` and ``dtype`` (``model.*``; a CUDA device falls back to the CPU
+    when none is available) and the context window (``model.max_context_tokens``). Without a run: 32 new tokens,
+    the CPU, float32, no system prompt. An empty ``system_prompt`` means none.
 
     Raises:
         FileNotFoundError: when a local model directory or its tokenizer is missing.
     """
-    policy = TransformersPolicy.from_pretrained(spec, device=device, seed=seed)
-    sampling = SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
-    return PolicyAgent(policy, ChatFormat.for_policy(policy, system_prompt), sampling)
+    run = run_config_of(spec)
+    model, env, rollout = run.get("model", {}), run.get("env", {}), run.get("rollout", {})
+    if device is None:
+        device = model.get("device", "cpu")
+        if str(device).startswith("cuda") and not torch.cuda.is_available():
+            device = "cpu"
+    system_prompt = (system_prompt if system_prompt is not None else env.get("system_prompt")) or None
+    policy = TransformersPolicy.from_pretrained(spec, device=device, dtype=dtype or model.get("dtype", "float32"),
+                                                max_context_tokens=model.get("max_context_tokens"), seed=seed)
+    sampling = SamplingParams(temperature=temperature, top_p=top_p,
+                              max_new_tokens=max_new_tokens or rollout.get("max_new_tokens", 32))
+    return PolicyAgent(policy, ChatFormat.for_policy(policy, system_prompt), sampling,
+                       max_turns if max_turns is not None else env.get("max_turns"))
+
+
+def run_config_of(model_dir: str) -> dict[str, Any]:
+    """The training run's config (``config.json`` of the run directory holding ``model_dir``), or {} when
+    ``model_dir`` is not inside a run directory (a hub id, a plain model folder)."""
+    path = Path(model_dir).expanduser()
+    candidate = path.parent / "config.json"
+    if not path.is_dir() or not candidate.is_file():
+        return {}
+    try:
+        config = json.loads(candidate.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    is_run = isinstance(config, dict) and all(isinstance(config.get(k), dict) for k in ("model", "env", "rollout"))
+    return config if is_run else {}
 
 
 def evaluate_both(config: EvalConfig, max_new_tokens: int, max_turns: int | None, policy: Policy, chat: ChatFormat,
