@@ -133,7 +133,14 @@ class RolloutConfig:
     """How episodes are sampled."""
 
     engine: str = "transformers"
-    """``transformers`` (CPU/GPU) or ``vllm`` (GPU)."""
+    """``transformers`` (CPU/GPU), ``vllm`` (GPU; weights pushed after every update, :mod:`rlvr_gym_agents.policy.
+    vllm`) or ``fake_vllm`` (tests: the same code path against a CPU stand-in, :mod:`rlvr_gym_agents.policy.
+    fake_vllm`)."""
+    weight_sync: str = "broadcast"
+    """vLLM engines: ``broadcast`` (a weight group, NCCL on GPUs: trainer and engine on different devices) or ``ipc``
+    (CUDA IPC handles: trainer and engine colocated on one GPU; the engine sleeps during the update)."""
+    gpu_memory_utilization: float = 0.4
+    """vLLM engines: the fraction of GPU memory the engine may take (the rest is the trainer's)."""
     max_new_tokens: int = 16
     """Generated tokens per turn at most."""
     temperature: float = 1.0
@@ -276,8 +283,13 @@ class TrainConfig:
         self.output.dir = self.output.dir.replace("{seed}", str(self.seed))
         if self.algorithm.estimator not in ("grpo", "drgrpo", "rloo"):
             raise ConfigError(f"algorithm.estimator must be grpo, drgrpo or rloo, got {self.algorithm.estimator!r}")
-        if self.rollout.engine not in ("transformers", "vllm"):
-            raise ConfigError(f"rollout.engine must be transformers or vllm, got {self.rollout.engine!r}")
+        if self.rollout.engine not in ("transformers", "vllm", "fake_vllm"):
+            raise ConfigError(f"rollout.engine must be transformers, vllm or fake_vllm, got {self.rollout.engine!r}")
+        if self.rollout.weight_sync not in ("broadcast", "ipc"):
+            raise ConfigError(f"rollout.weight_sync must be broadcast or ipc, got {self.rollout.weight_sync!r}")
+        if self.rollout.engine == "fake_vllm" and self.rollout.weight_sync == "ipc":
+            raise ConfigError("rollout.engine=fake_vllm runs on the CPU: use rollout.weight_sync=broadcast "
+                              "(ipc needs CUDA)")
         if self.model.dtype not in DTYPES:
             raise ConfigError(f"model.dtype must be one of {', '.join(DTYPES)}, got {self.model.dtype!r}")
         if self.train.precision not in PRECISIONS:

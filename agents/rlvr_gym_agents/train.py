@@ -172,6 +172,8 @@ def _train(config: TrainConfig, env_factory: Callable[..., Env], began: float) -
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=float) + "\n", encoding="utf-8")
     console.side_by_side(state["before"], state["after"], run_dir)
     logger.close()
+    if rollout_policy is not policy and hasattr(rollout_policy, "close"):
+        rollout_policy.close()  # a vLLM engine's processes
     return summary
 
 
@@ -190,6 +192,7 @@ def rl_step(run: Run, step: int) -> dict[str, Any]:
             else torch.ones(len(batch.trajectories), dtype=torch.bool))
     kept = [t for t, k in zip(batch.trajectories, keep.tolist()) if k]
     rollout_s = time.monotonic() - began
+    sleep_rollout_engine(run.rollout_policy, run.policy)
     update = (ppo_update(run.policy.model, run.optimizer, kept, advantages[keep], run.update, run.ref_model,
                          run.policy.pad_token_id) if kept else {})
     if kept:
@@ -267,10 +270,14 @@ def build_rollout_policy(config: TrainConfig, policy: TransformersPolicy, model_
     (``rollout.engine=vllm``; the trainer pushes weights to it after every update)."""
     if config.rollout.engine == "transformers":
         return policy
+    from rlvr_gym_agents.policy import fake_vllm
     from rlvr_gym_agents.policy.vllm import VLLMPolicy
 
+    rollout = config.rollout
     return VLLMPolicy(model_path, policy.stop_token_ids, max_context_tokens=config.model.max_context_tokens,
-                      seed=config.seed)
+                      dtype=config.model.dtype, weight_sync=rollout.weight_sync, trainer_device=config.model.device,
+                      gpu_memory_utilization=rollout.gpu_memory_utilization, seed=config.seed,
+                      engine=fake_vllm if rollout.engine == "fake_vllm" else None)
 
 
 def build_sampler(config: TrainConfig, policy: Policy, chat: ChatFormat,
@@ -383,6 +390,13 @@ def rollout_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
     }
     metrics.update({f"failures/{kind}": count / len(trajectories) for kind, count in sorted(failures.items())})
     return metrics
+
+
+def sleep_rollout_engine(rollout_policy: Any, policy: Any) -> None:
+    """Lets a colocated rollout engine free its GPU memory for the update (vLLM sleep mode; the next sync or
+    generation wakes it); no-op for the transformers engine."""
+    if rollout_policy is not policy and hasattr(rollout_policy, "sleep"):
+        rollout_policy.sleep()
 
 
 def sync_weights(rollout_policy: Any, policy: Any) -> None:
