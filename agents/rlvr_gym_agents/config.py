@@ -19,6 +19,7 @@ import yaml
 
 from rlvr_gym_agents.credit import check_credit
 from rlvr_gym_agents.credit.estimators import GiGPOConfig
+from rlvr_gym_agents.policy.lora import LoRAConfig
 from rlvr_gym_agents.rollout.tree_sampler import TreeSamplerConfig
 from rlvr_gym_agents.update.losses import LossConfig
 from rlvr_gym_agents.update.precision import DTYPES, PRECISIONS
@@ -59,6 +60,9 @@ class ModelConfig:
     loaded in it."""
     num_threads: int = 2
     """torch CPU threads (the machine's cores)."""
+    lora: LoRAConfig = dataclasses.field(default_factory=LoRAConfig)
+    """LoRA adapters (``rank``, ``alpha``, ``target_modules``; :mod:`rlvr_gym_agents.policy.lora`); rank 0 = off.
+    A vLLM engine is synced with the merged weights."""
 
 
 @dataclasses.dataclass
@@ -295,6 +299,10 @@ class TrainConfig:
         if self.train.precision not in PRECISIONS:
             raise ConfigError(f"train.precision must be mixed (fp32 master weights, autocast) or pure (parameters in "
                               f"model.dtype), got {self.train.precision!r}")
+        lora = self.model.lora
+        if lora.rank < 0 or lora.alpha <= 0 or not 0.0 <= lora.dropout < 1.0 or not lora.target_modules:
+            raise ConfigError(f"model.lora needs rank >= 0 (0 = off), alpha > 0, dropout in [0, 1) and target_modules; "
+                              f"got {lora}")
         if self.train.group_size < 2:
             raise ConfigError(f"train.group_size must be >= 2 for group advantages, got {self.train.group_size}")
         self._derive_rollout()

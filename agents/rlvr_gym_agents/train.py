@@ -46,6 +46,7 @@ from rlvr_gym_agents.credit import CreditConfig, assign_credit, informative_grou
 from rlvr_gym_agents.evaluate import evaluate_both
 from rlvr_gym_agents.policy import Policy, SamplingParams, TransformersPolicy
 from rlvr_gym_agents.policy.chat import ChatFormat
+from rlvr_gym_agents.policy.lora import apply_lora, merged_named_parameters
 from rlvr_gym_agents.policy.transformers import check_model_source
 from rlvr_gym_agents.rollout.flat import FlatSampler
 from rlvr_gym_agents.rollout.tree_sampler import TreeSampler
@@ -115,7 +116,8 @@ def _train(config: TrainConfig, env_factory: Callable[..., Env], began: float) -
     console = Console(config.output.progress)
     logger = MetricsLogger(run_dir, config.output.tensorboard)
     policy, chat = build_policy(config, run_dir, train_tasks, test_tasks, console)
-    optimizer = torch.optim.AdamW(policy.model.parameters(), lr=config.train.learning_rate,
+    trainable = [p for p in policy.model.parameters() if p.requires_grad]  # the adapters only, with LoRA
+    optimizer = torch.optim.AdamW(trainable, lr=config.train.learning_rate,
                                   weight_decay=config.train.weight_decay)
     rollout_policy = build_rollout_policy(config, policy, config.model.path_or_id or str(run_dir / "tiny_init"))
     evaluate = _evaluator(config, rollout_policy, chat, test_tasks, console, env_factory)
@@ -259,6 +261,8 @@ def build_policy(config: TrainConfig, run_dir: Path, train_tasks: list[Task] | N
     dtype = parameter_dtype(config.train.precision, config.model.dtype)
     policy = TransformersPolicy.from_pretrained(path, device=config.model.device, dtype=dtype,
                                                 max_context_tokens=config.model.max_context_tokens, seed=config.seed)
+    if config.model.lora.rank > 0:
+        apply_lora(policy.model, config.model.lora)
     chat = ChatFormat.for_policy(policy, config.env.system_prompt)
     console.note(f"policy {path}: {sum(p.numel() for p in policy.model.parameters()):,} parameters, "
                  f"vocabulary {len(policy.tokenizer)}")
@@ -402,7 +406,7 @@ def sleep_rollout_engine(rollout_policy: Any, policy: Any) -> None:
 def sync_weights(rollout_policy: Any, policy: Any) -> None:
     """Pushes the trained weights to a separate rollout engine (vLLM); no-op when they are the same object."""
     if rollout_policy is not policy:
-        rollout_policy.sync_weights(policy.model.named_parameters())
+        rollout_policy.sync_weights(merged_named_parameters(policy.model))  # LoRA merged in, plain HF names
 
 
 def _reference_model(model: torch.nn.Module, sft_dir: Path) -> torch.nn.Module:
