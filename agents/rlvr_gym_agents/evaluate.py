@@ -128,10 +128,24 @@ def load_agent(spec: str, temperature: float = 1.0, top_p: float = 1.0, max_new_
     system_prompt = (system_prompt if system_prompt is not None else env.get("system_prompt")) or None
     policy = TransformersPolicy.from_pretrained(spec, device=device, dtype=dtype or model.get("dtype", "float32"),
                                                 max_context_tokens=model.get("max_context_tokens"), seed=seed)
+    if (model.get("lora") or {}).get("rank", 0) > 0:  # a LoRA run saves adapter-injected names: merge them
+        _load_merged_lora(policy, spec, float(model["lora"]["alpha"]))
     sampling = SamplingParams(temperature=temperature, top_p=top_p,
                               max_new_tokens=max_new_tokens or rollout.get("max_new_tokens", 32))
     return PolicyAgent(policy, ChatFormat.for_policy(policy, system_prompt), sampling,
                        max_turns if max_turns is not None else env.get("max_turns"))
+
+
+def _load_merged_lora(policy: TransformersPolicy, model_dir: str, alpha: float) -> None:
+    """Loads ``model_dir``'s adapter-injected weights into ``policy``'s plain model with the adapters merged."""
+    from safetensors.torch import load_file
+
+    from rlvr_gym_agents.policy.lora import merge_lora_state_dict
+
+    state = merge_lora_state_dict(load_file(str(Path(model_dir).expanduser() / "model.safetensors")), alpha)
+    missing, _ = policy.model.load_state_dict(state, strict=False)
+    if any(not name.endswith("lm_head.weight") for name in missing):  # a tied head is not saved
+        raise ValueError(f"{model_dir}: the merged LoRA weights lack {sorted(missing)[:3]}")
 
 
 def run_config_of(model_dir: str) -> dict[str, Any]:

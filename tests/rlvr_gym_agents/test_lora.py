@@ -10,6 +10,7 @@ import pytest
 import torch
 from rlvr_gym_agents import train as train_module
 from rlvr_gym_agents.config import ConfigError, load_config
+from rlvr_gym_agents.evaluate import load_agent
 from rlvr_gym_agents.policy import TransformersPolicy
 from rlvr_gym_agents.policy.lora import LoRAConfig, apply_lora, merged_named_parameters
 from rlvr_gym_agents.policy.vllm import VLLMPolicy
@@ -67,3 +68,8 @@ def test_a_lora_training_step_trains_the_adapters_and_syncs_merged_weights(
     for engine_sum, merged_sum in seen["syncs"]:
         assert engine_sum == pytest.approx(merged_sum, rel=1e-9)
     assert seen["syncs"][-1][0] != pytest.approx(seen["syncs"][0][0], rel=1e-12)  # the merged update reached it
+    agent = load_agent(str(tmp_path / "lora" / "checkpoint"), device="cpu")  # rlvr-gym eval merges the adapters
+    loaded = agent.policy.model  # type: ignore[attr-defined]
+    assert not any("lora_" in n for n, _ in loaded.named_parameters())
+    assert float(sum(p.detach().double().sum() for p in loaded.parameters())) == pytest.approx(
+        seen["syncs"][-1][1], rel=1e-6)

@@ -6,9 +6,9 @@ update and the checkpoints keep handling a plain causal LM whose only trainable 
 ``lora_B`` matrices. A rollout engine (vLLM) loads full weights: :func:`merged_named_parameters` yields every weight
 under its Hugging Face name with the adapters merged in, W + (alpha / r) B A, without changing the model.
 
-Limitation: a LoRA run's checkpoint and ``sft_model`` directories hold the adapter-injected parameter names
-(``q_proj.base_layer.weight``, ``q_proj.lora_A.default.weight``); resuming works, but ``rlvr-gym eval`` cannot load
-them as a plain model yet.
+A LoRA run's checkpoint and ``sft_model`` directories hold the adapter-injected parameter names
+(``q_proj.base_layer.weight``, ``q_proj.lora_A.default.weight``): resuming loads them as they are, and
+``rlvr-gym eval`` merges them into a plain model with :func:`merge_lora_state_dict` (alpha from the run's config).
 """
 
 from __future__ import annotations
@@ -78,3 +78,22 @@ def merged_named_parameters(model: torch.nn.Module) -> Iterator[tuple[str, torch
             yield plain, (param.detach() + delta.to(param.dtype))
         else:
             yield name.replace(".base_layer.", "."), param.detach()
+
+
+def merge_lora_state_dict(state: dict[str, torch.Tensor], alpha: float) -> dict[str, torch.Tensor]:
+    """A saved adapter-injected state dict as a plain one: ``X.base_layer.weight`` + (alpha / r) ``X.lora_B`` @
+    ``X.lora_A`` becomes ``X.weight`` (r = the rank of ``lora_A``), other ``base_layer`` names lose that part, adapter
+    tensors are dropped. A state dict without adapters comes back unchanged."""
+    merged: dict[str, torch.Tensor] = {}
+    for name, tensor in state.items():
+        if "lora_" in name:
+            continue
+        if name.endswith(".base_layer.weight"):
+            prefix = name.removesuffix(".base_layer.weight")
+            lora_a = state.get(f"{prefix}.lora_A.{ADAPTER}.weight")
+            lora_b = state.get(f"{prefix}.lora_B.{ADAPTER}.weight")
+            if lora_a is not None and lora_b is not None:
+                delta = (lora_b.double() @ lora_a.double()) * (alpha / lora_a.shape[0])
+                tensor = (tensor.double() + delta).to(tensor.dtype)
+        merged[name.replace(".base_layer.", ".")] = tensor
+    return merged
