@@ -13,6 +13,11 @@ parameters at lr 1e-6 (the GPU recipes), 10 steps changed 0.7% of a 256x256 matr
 weights 99.95% (``shared/reference/pitfalls.md``; ``tests/rlvr_gym_agents/test_precision.py`` re-measures it).
 Micikevicius et al. 2018, "Mixed Precision Training" (fp32 master copy); bf16 needs no loss scaling.
 
+Where it applies: the update (``ppo_update``: the recomputed log-probs, the reference model's, the mismatch
+correction's pi_old) and the SFT warm start. Rollouts and evaluations by the transformers engine run in the
+parameters' dtype (fp32); a vLLM engine holds its own bf16 copy (synced weights are cast to it), and the difference
+between its log-probs and the trainer's is what ``algorithm.loss.rollout_correction`` corrects.
+
 ``train.precision: pure`` keeps the parameters in ``model.dtype`` (the old behaviour, the failure mode above at
 small learning rates); it halves parameter and optimizer memory.
 """
