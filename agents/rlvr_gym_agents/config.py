@@ -85,6 +85,11 @@ class EnvConfig:
     replaced."""
     remote: tuple[str, ...] = ("*",)
     """``fnmatch`` patterns of the env ids that run in the workers when ``num_workers > 0``."""
+    step_threads: int | None = None
+    """Threads that step a turn's envs concurrently (rollouts and evaluations); None = ``num_workers`` (envs in Ray
+    workers wait in parallel; 0 with in-process envs). Envs that wait on a sandbox or simulator gain from threads in
+    process too; envs bound to one thread (the web family's Playwright outside a pool) need 0. The trajectories
+    are the same either way."""
 
 
 @dataclasses.dataclass
@@ -315,6 +320,8 @@ class TrainConfig:
         if sft.invalid_rate > 0 and sft.invalid_actions is None:
             raise ConfigError(f"sft.invalid_rate={sft.invalid_rate} needs sft.invalid_actions, the function that lists "
                               "the actions the env rejects, e.g. rlvr_gym_textworld:impossible_actions")
+        if self.env.step_threads is not None and self.env.step_threads < 0:
+            raise ConfigError(f"env.step_threads must be >= 0 (0 = step envs one after another), got {self.env.step_threads}")
         if self.env.num_workers < 0:
             raise ConfigError(f"env.num_workers must be >= 0 (0 = in-process envs), got {self.env.num_workers}")
         if self.algorithm.micro_batch_tokens is not None and self.algorithm.micro_batch_tokens < 1:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,7 +48,8 @@ def trajectory_record(trajectory: Trajectory, sample: int, elapsed_s: float = 0.
 
 def evaluate_policy(policy: Policy, chat: ChatFormat, tasks: Sequence[Task], k: int, sampling: SamplingParams, *,
                     env_factory: Callable[..., Env] = rlvr_gym.make, max_turns: int | None = None,
-                    batch_size: int = 128) -> tuple[dict[str, Any], list[EpisodeRecord]]:
+                    batch_size: int = 128,
+                    step_executor: Executor | None = None) -> tuple[dict[str, Any], list[EpisodeRecord]]:
     """Runs ``k`` episodes per task and summarises them.
 
     Args:
@@ -56,19 +58,20 @@ def evaluate_policy(policy: Policy, chat: ChatFormat, tasks: Sequence[Task], k: 
         k: samples per task (k of pass@k).
         sampling: temperature 0 for greedy.
         batch_size: episodes run in lock-step at once.
+        step_executor: steps each turn's envs concurrently (None: one after another).
 
     Returns:
         ``(metrics, records)``: :func:`rlvr_gym.evaluation.summarize` metrics and one record per episode.
     """
     jobs = [(task, sample) for task in tasks for sample in range(k)]
     records = policy_records(policy, chat, jobs, sampling, env_factory=env_factory, max_turns=max_turns,
-                             batch_size=batch_size)
+                             batch_size=batch_size, step_executor=step_executor)
     return summarize(records, k), records
 
 
 def policy_records(policy: Policy, chat: ChatFormat, jobs: Sequence[tuple[Task, int]], sampling: SamplingParams, *,
                    env_factory: Callable[..., Env] = rlvr_gym.make, max_turns: int | None = None,
-                   batch_size: int = 128) -> list[EpisodeRecord]:
+                   batch_size: int = 128, step_executor: Executor | None = None) -> list[EpisodeRecord]:
     """One evaluation record per ``(task, sample)`` job, the episodes run by the flat sampler's episode runner
     (:func:`rlvr_gym_agents.rollout.run_episodes`: KV cache reused, the context-window policy applied)."""
     records: list[EpisodeRecord] = []
@@ -76,7 +79,7 @@ def policy_records(policy: Policy, chat: ChatFormat, jobs: Sequence[tuple[Task, 
         chunk = jobs[start:start + batch_size]
         began = time.monotonic()
         trajectories = run_episodes(policy, chat, [t for t, _ in chunk], sampling, env_factory=env_factory,
-                                    max_turns=max_turns)
+                                    max_turns=max_turns, step_executor=step_executor)
         elapsed = (time.monotonic() - began) / max(1, len(chunk))
         for (task, sample), trajectory in zip(chunk, trajectories):
             records.append(trajectory_record(trajectory, sample, elapsed, task.metadata.get("task_type")))
@@ -165,7 +168,8 @@ def run_config_of(model_dir: str) -> dict[str, Any]:
 
 def evaluate_both(config: EvalConfig, max_new_tokens: int, max_turns: int | None, policy: Policy, chat: ChatFormat,
                   tasks: list[Task], console: Console, label: str,
-                  env_factory: Callable[..., Env] = rlvr_gym.make) -> dict[str, Any]:
+                  env_factory: Callable[..., Env] = rlvr_gym.make,
+                  step_executor: Executor | None = None) -> dict[str, Any]:
     """Held-out evaluation: ``config.k`` samples per task at ``config.temperature``, and greedy pass@1 (``greedy``).
 
     Envs come from ``env_factory`` (default :func:`rlvr_gym.make`; the trainer passes its env pool's ``make``);
@@ -180,11 +184,11 @@ def evaluate_both(config: EvalConfig, max_new_tokens: int, max_turns: int | None
     began = time.monotonic()
     with console.status(f"evaluating {label}: {len(tasks)} tasks x {k} samples + greedy"):
         sampled, _ = evaluate_policy(policy, chat, tasks, k, SamplingParams(config.temperature, 1.0, max_new),
-                                     env_factory=env_factory, max_turns=max_turns)
+                                     env_factory=env_factory, max_turns=max_turns, step_executor=step_executor)
         greedy = None
         if config.greedy:
             greedy, _ = evaluate_policy(policy, chat, tasks, 1, SamplingParams(0.0, 1.0, max_new),
-                                        env_factory=env_factory, max_turns=max_turns)
+                                        env_factory=env_factory, max_turns=max_turns, step_executor=step_executor)
     result = {
         "pass@1_sampled": sampled["pass@1"], f"pass@{k}_sampled": sampled[f"pass@{k}"],
         "pass@1_greedy": greedy["pass@1"] if greedy else None, "mean_turns_sampled": sampled["mean_turns"],

@@ -32,6 +32,7 @@ import json
 import random
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Executor, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -102,12 +103,13 @@ def train(config: TrainConfig, started: float | None = None) -> dict[str, Any]:
             (before any work).
         TrainingError: every episode of an RL step crashed.
     """
-    with env_factory_of(config) as env_factory:
-        return _train(config, env_factory, time.monotonic() if started is None else started)
+    with env_factory_of(config) as env_factory, step_executor_of(config) as step_executor:
+        return _train(config, env_factory, step_executor, time.monotonic() if started is None else started)
 
 
-def _train(config: TrainConfig, env_factory: Callable[..., Env], began: float) -> dict[str, Any]:
-    """:func:`train` with envs from ``env_factory``, counting time from ``began`` (``time.monotonic()``)."""
+def _train(config: TrainConfig, env_factory: Callable[..., Env], step_executor: Executor | None,
+           began: float) -> dict[str, Any]:
+    """:func:`train` with envs from ``env_factory`` (stepped on ``step_executor``), counting time from ``began``."""
     train_tasks, test_tasks = load_task_sources(config)
     run_dir = Path(config.output.dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -120,7 +122,7 @@ def _train(config: TrainConfig, env_factory: Callable[..., Env], began: float) -
     optimizer = torch.optim.AdamW(trainable, lr=config.train.learning_rate,
                                   weight_decay=config.train.weight_decay)
     rollout_policy = build_rollout_policy(config, policy, config.model.path_or_id or str(run_dir / "tiny_init"))
-    evaluate = _evaluator(config, rollout_policy, chat, test_tasks, console, env_factory)
+    evaluate = _evaluator(config, rollout_policy, chat, test_tasks, console, env_factory, step_executor)
     checkpoint_dir = run_dir / "checkpoint"
     start_step, state = 0, dict[str, Any]()
     recover_checkpoint(checkpoint_dir)
@@ -143,7 +145,7 @@ def _train(config: TrainConfig, env_factory: Callable[..., Env], began: float) -
         state["metrics_lines"] = logger.num_lines()
         save_checkpoint(checkpoint_dir, policy.model, policy.tokenizer, optimizer, 0, policy.generator, state)
     sync_weights(rollout_policy, policy)
-    run = Run(config, policy, rollout_policy, build_sampler(config, rollout_policy, chat, env_factory), optimizer,
+    run = Run(config, policy, rollout_policy, build_sampler(config, rollout_policy, chat, env_factory, step_executor), optimizer,
               credit_config(config), update_config(config),
               _reference_model(policy.model, run_dir / "sft_model") if config.algorithm.loss.kl_coef > 0 else None,
               train_tasks)
@@ -285,13 +287,15 @@ def build_rollout_policy(config: TrainConfig, policy: TransformersPolicy, model_
 
 
 def build_sampler(config: TrainConfig, policy: Policy, chat: ChatFormat,
-                  env_factory: Callable[..., Env] = rlvr_gym.make) -> FlatSampler | TreeSampler:
-    """The recipe's sampler (``rollout.sampler``), with ``group_size`` episodes (or leaves) per task."""
+                  env_factory: Callable[..., Env] = rlvr_gym.make,
+                  step_executor: Executor | None = None) -> FlatSampler | TreeSampler:
+    """The recipe's sampler (``rollout.sampler``), with ``group_size`` episodes (or leaves) per task, stepping each
+    turn's envs on ``step_executor`` (None: one after another)."""
     sampling = SamplingParams(config.rollout.temperature, config.rollout.top_p, config.rollout.max_new_tokens)
     if config.rollout.sampler == "tree":
-        return TreeSampler(policy, chat, config.rollout.tree, env_factory, sampling)
+        return TreeSampler(policy, chat, config.rollout.tree, env_factory, sampling, step_executor)
     return FlatSampler(policy, chat, config.train.group_size, sampling, env_factory, config.env.max_turns,
-                       config.rollout.reuse_kv_cache)
+                       config.rollout.reuse_kv_cache, step_executor)
 
 
 def credit_config(config: TrainConfig) -> CreditConfig:
@@ -310,10 +314,10 @@ def update_config(config: TrainConfig) -> UpdateConfig:
 
 
 def _evaluator(config: TrainConfig, policy: Policy, chat: ChatFormat, tasks: list[Task], console: Console,
-               env_factory: Callable[..., Env]) -> Callable[[str], dict[str, Any]]:
+               env_factory: Callable[..., Env], step_executor: Executor | None) -> Callable[[str], dict[str, Any]]:
     """``evaluate(label)``: the held-out evaluation of ``eval`` (:func:`rlvr_gym_agents.evaluate.evaluate_both`)."""
     return lambda label: evaluate_both(config.eval, config.rollout.max_new_tokens, config.env.max_turns, policy,
-                                       chat, tasks, console, label, env_factory)
+                                       chat, tasks, console, label, env_factory, step_executor)
 
 
 # -- the RL step's helpers --------------------------------------------------------------------------------------
@@ -361,6 +365,18 @@ def env_factory_of(config: TrainConfig) -> Iterator[Callable[..., Env]]:
 
     with EnvPool(config.env.num_workers, remote=config.env.remote) as pool:
         yield pool.make
+
+
+@contextlib.contextmanager
+def step_executor_of(config: TrainConfig) -> Iterator[Executor | None]:
+    """A thread pool of ``env.step_threads`` threads (None: ``env.num_workers``) that steps a turn's envs
+    concurrently, shut down when the block ends; None when that is 0."""
+    threads = config.env.num_workers if config.env.step_threads is None else config.env.step_threads
+    if threads == 0:
+        yield None
+        return
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="env-step") as executor:
+        yield executor
 
 
 def draw_tasks(train_tasks: list[Task] | None, config: TrainConfig, step: int) -> list[Task]:

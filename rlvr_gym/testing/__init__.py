@@ -2,7 +2,8 @@
 
 - :func:`check_env`: the conformance checker (:mod:`rlvr_gym.testing.checker`).
 - :class:`GoldAgent`, :class:`RandomAgent`, :class:`ScriptedAgent`: test agents.
-- ``testing/Echo-v0`` (:class:`EchoEnv`): a toy env with a known optimum; :func:`echo_tasks` makes tasks.
+- ``testing/Echo-v0`` (:class:`EchoEnv`): a toy env with a known optimum; :func:`echo_tasks` makes tasks;
+  :class:`SlowEchoEnv` (not registered) the same with slow steps, for concurrency tests and benchmarks.
 - :func:`temporary_env`: register an env for the duration of a test.
 """
 
@@ -10,7 +11,7 @@ from rlvr_gym.registry import register
 from rlvr_gym.testing.agents import GoldAgent, RandomAgent, ScriptedAgent
 from rlvr_gym.testing.checker import CheckError, CheckReport, CheckResult, check_env
 from rlvr_gym.testing.registration import temporary_env
-from rlvr_gym.testing.toy import EchoEnv, echo_tasks, verify_echo
+from rlvr_gym.testing.toy import EchoEnv, SlowEchoEnv, echo_tasks, verify_echo
 
 register(
     "testing/Echo-v0",
@@ -28,6 +29,7 @@ __all__ = [
     "GoldAgent",
     "RandomAgent",
     "ScriptedAgent",
+    "SlowEchoEnv",
     "check_env",
     "echo_tasks",
     "temporary_env",

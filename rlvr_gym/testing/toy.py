@@ -10,6 +10,7 @@ Version History:
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from rlvr_gym.core import Env, StepResult
@@ -44,6 +45,21 @@ class EchoEnv(Env):
         result = verify_echo(self.target, text[4:])
         info = {"reward_details": result.to_dict(), "success": result.success}
         return StepResult("Correct." if result.success else "Wrong.", result.value, True, False, info)
+
+
+class SlowEchoEnv(EchoEnv):
+    """:class:`EchoEnv` whose every step takes ``step_delay_s`` seconds of wall clock (sleeping, as an env waiting on
+    a sandbox, a simulator or a browser does): what concurrent env stepping is measured on."""
+
+    def __init__(self, step_delay_s: float = 0.0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if step_delay_s < 0:
+            raise ValueError(f"step_delay_s must be >= 0, got {step_delay_s}")
+        self.step_delay_s = float(step_delay_s)
+
+    def _step(self, action: str) -> StepResult:
+        time.sleep(self.step_delay_s)
+        return super()._step(action)
 
 
 def echo_tasks(num_tasks: int, split: str = "train") -> list[Task]:

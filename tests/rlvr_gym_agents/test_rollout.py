@@ -127,3 +127,41 @@ def test_real_registry_env_runs(tiny_policy: TransformersPolicy) -> None:
                                 SamplingParams(max_new_tokens=4), env_factory=rlvr_gym.make)
     assert all(t.terminated or t.truncated for t in trajectories)
     assert all(t.turn_spans == [turn.span for turn in t.turns] for t in trajectories)
+
+
+def test_concurrent_env_steps_overlap_and_give_the_same_trajectories(tiny_policy: TransformersPolicy) -> None:
+    """A turn's env steps dispatched at once on a thread pool (a slow env held the whole batch): 8 episodes of an env
+    whose steps sleep give the same ids, rewards and failures as stepping them one after another, and the steps
+    really run at the same time (the speed-up is measured by ``benchmarks/distributed_scaling.py``)."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rlvr_gym.testing.toy import SlowEchoEnv
+
+    lock, in_flight, most = threading.Lock(), [0], [0]
+
+    class Counting(SlowEchoEnv):
+        def _step(self, action: str) -> StepResult:
+            with lock:
+                in_flight[0] += 1
+                most[0] = max(most[0], in_flight[0])
+            try:
+                return super()._step(action)
+            finally:
+                with lock:
+                    in_flight[0] -= 1
+
+    def make(env_id: str, **kwargs: Any) -> SlowEchoEnv:
+        return Counting(step_delay_s=0.2, **kwargs)
+
+    tasks = echo_tasks(8)
+    chat = ChatFormat(tiny_policy.tokenizer)
+    sampling = SamplingParams(temperature=0.0, max_new_tokens=4)
+    serial = run_episodes(tiny_policy, chat, tasks, sampling, env_factory=make)
+    assert most[0] == 1
+    with ThreadPoolExecutor(max_workers=8) as executor:
+        concurrent = run_episodes(tiny_policy, chat, tasks, sampling, env_factory=make, step_executor=executor)
+    assert most[0] > 1
+    assert [t.token_ids for t in concurrent] == [t.token_ids for t in serial]
+    assert [(t.reward, t.success, [f.kind for f in t.failures]) for t in concurrent] == \
+        [(t.reward, t.success, [f.kind for f in t.failures]) for t in serial]

@@ -14,7 +14,8 @@ dropped from what is trained on, and the policy never sees a context longer than
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
 
 import rlvr_gym
 from rlvr_gym import Env, Failure, FailureKind, Task
@@ -91,16 +92,7 @@ class PolicyEpisode:
 
     def play(self, generation: Generation, chat: ChatFormat) -> PlayedTurn:
         """Decodes the turn's action, steps the env with it and encodes the next observation."""
-        action = chat.decode_action(generation.token_ids)
-        turn = Turn(self.env.observation, action, (0, len(generation.token_ids)),
-                    finish_reason=generation.finish_reason, state_key=self.env.state_key)
-        outcome = self.env.step(action)
-        turn.reward, turn.failure = outcome.reward, outcome.failure
-        observation_ids = ([] if outcome.done else
-                           chat.observation_ids(outcome.observation, generation.finish_reason == "stop"))
-        self.feed_ids = observation_ids
-        self.context_length += len(generation.token_ids) + len(observation_ids)
-        return PlayedTurn(turn, outcome, observation_ids)
+        return play_turns([self], [generation], chat)[0]
 
     def fork(self) -> PolicyEpisode:
         """An independent episode at the same point (the env forked; raises what its fork raises)."""
@@ -111,3 +103,34 @@ class PolicyEpisode:
     def close(self) -> Failure | None:
         """Closes the env; a failing ``close()`` comes back as an ``ENV_CRASH`` failure."""
         return self.env.close()
+
+
+def play_turns(episodes: Sequence[PolicyEpisode], generations: Sequence[Generation], chat: ChatFormat,
+               executor: Executor | None = None) -> list[PlayedTurn]:
+    """Plays one turn of every episode: decodes each action, steps every env (concurrently on ``executor`` when
+    given: envs behind Ray workers, sandboxes, simulators or browsers wait in parallel), then encodes each next
+    observation. Results come back in input order, and each env's randomness is its own, so concurrency never
+    changes what is trained on.
+
+    Args:
+        episodes / generations: one generation per running episode, aligned.
+        chat: decodes actions and encodes observations (always on the calling thread).
+        executor: runs the env steps (e.g. a ``ThreadPoolExecutor``); None steps them one after another.
+    """
+    actions = [chat.decode_action(g.token_ids) for g in generations]
+    turns = [Turn(e.env.observation, a, (0, len(g.token_ids)), finish_reason=g.finish_reason, state_key=e.env.state_key)
+             for e, a, g in zip(episodes, actions, generations, strict=True)]
+    if executor is None or len(episodes) < 2:
+        outcomes = [e.env.step(a) for e, a in zip(episodes, actions, strict=True)]
+    else:
+        futures = [executor.submit(e.env.step, a) for e, a in zip(episodes, actions, strict=True)]
+        outcomes = [f.result() for f in futures]  # EnvEpisode.step never raises: a crash is an outcome
+    played = []
+    for episode, turn, outcome, generation in zip(episodes, turns, outcomes, generations, strict=True):
+        turn.reward, turn.failure = outcome.reward, outcome.failure
+        observation_ids = ([] if outcome.done else
+                           chat.observation_ids(outcome.observation, generation.finish_reason == "stop"))
+        episode.feed_ids = observation_ids
+        episode.context_length += len(generation.token_ids) + len(observation_ids)
+        played.append(PlayedTurn(turn, outcome, observation_ids))
+    return played

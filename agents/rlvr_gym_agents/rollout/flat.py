@@ -10,19 +10,21 @@ trajectory), and a context that would outgrow the policy's window ends the episo
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
 from typing import Any
 
 import rlvr_gym
 from rlvr_gym import Env, Failure, Task
 from rlvr_gym_agents.policy import KVState, Policy, SamplingParams
 from rlvr_gym_agents.policy.chat import ChatFormat
-from rlvr_gym_agents.rollout.episode import PlayedTurn, PolicyEpisode
+from rlvr_gym_agents.rollout.episode import PlayedTurn, PolicyEpisode, play_turns
 from rlvr_gym_agents.rollout.types import RolloutBatch, Trajectory
 
 
 def run_episodes(policy: Policy, chat: ChatFormat, tasks: Sequence[Task], sampling: SamplingParams, *,
                  reuse_kv_cache: bool = True, env_factory: Callable[..., Env] = rlvr_gym.make,
-                 max_turns: int | None = None, on_turn: Callable[[int], None] | None = None) -> list[Trajectory]:
+                 max_turns: int | None = None, on_turn: Callable[[int], None] | None = None,
+                 step_executor: Executor | None = None) -> list[Trajectory]:
     """Runs one episode per task, all envs stepping in lock-step, and returns their trajectories.
 
     Args:
@@ -35,6 +37,8 @@ def run_episodes(policy: Policy, chat: ChatFormat, tasks: Sequence[Task], sampli
         env_factory: builds an env from an env id (default :func:`rlvr_gym.make`).
         max_turns: overrides the env's turn limit when given.
         on_turn: called with the number of episodes still running after every turn (progress bars).
+        step_executor: steps a turn's envs concurrently (:func:`~rlvr_gym_agents.rollout.episode.play_turns`);
+            None steps them one after another. Either way the trajectories are the same.
 
     Returns:
         One :class:`Trajectory` per task, in order.
@@ -68,10 +72,12 @@ def run_episodes(policy: Policy, chat: ChatFormat, tasks: Sequence[Task], sampli
             state_rows = list(rows)
         else:
             generations, _ = policy.generate([trajectories[r].token_ids for r in rows], sampling)
+        starts = [len(trajectories[row].token_ids) for row in rows]
         for row, generation in zip(rows, generations):
-            start = len(trajectories[row].token_ids)
             trajectories[row].append(generation.token_ids, trained=True, generation=generation)
-            record_turn(trajectories[row], episodes[row].play(generation, chat), start)  # type: ignore[union-attr]
+        played = play_turns([episodes[r] for r in rows], generations, chat, step_executor)  # type: ignore[misc]
+        for row, start, turn in zip(rows, starts, played, strict=True):
+            record_turn(trajectories[row], turn, start)
         rows = [r for r in rows if not episodes[r].done]  # type: ignore[union-attr]
         if on_turn is not None:
             on_turn(len(rows))
@@ -124,20 +130,23 @@ class FlatSampler:
         sampling: temperature / top-p / ``max_new_tokens`` of every turn.
         env_factory: builds envs (default :func:`rlvr_gym.make`; the trainer passes its env pool's ``make``).
         max_turns: overrides the envs' turn limit. reuse_kv_cache: keep each row's KV cache across turns.
+        step_executor: steps each turn's envs concurrently (None: one after another).
     """
 
     def __init__(self, policy: Policy, chat: ChatFormat, group_size: int, sampling: SamplingParams,
                  env_factory: Callable[..., Env] = rlvr_gym.make, max_turns: int | None = None,
-                 reuse_kv_cache: bool = True) -> None:
+                 reuse_kv_cache: bool = True, step_executor: Executor | None = None) -> None:
         self.policy, self.chat, self.group_size, self.sampling = policy, chat, group_size, sampling
         self.env_factory, self.max_turns, self.reuse_kv_cache = env_factory, max_turns, reuse_kv_cache
+        self.step_executor = step_executor
 
     def sample_batch(self, tasks: Sequence[Task], step: int) -> RolloutBatch:
         """``group_size`` episodes per task, each group's in a row (``Trajectory.group`` = the task's index).
         ``step`` is unused (flat sampling draws from the policy's own generator)."""
         batch = [task for task in tasks for _ in range(self.group_size)]
         trajectories = run_episodes(self.policy, self.chat, batch, self.sampling, reuse_kv_cache=self.reuse_kv_cache,
-                                    env_factory=self.env_factory, max_turns=self.max_turns)
+                                    env_factory=self.env_factory, max_turns=self.max_turns,
+                                    step_executor=self.step_executor)
         for index, trajectory in enumerate(trajectories):
             trajectory.group = index // self.group_size
         return RolloutBatch(trajectories, tokens_generated=sum(t.num_generated_tokens for t in trajectories))

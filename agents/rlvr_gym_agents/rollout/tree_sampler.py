@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
 from typing import Any
 
 import numpy as np
@@ -46,7 +47,7 @@ from rlvr_gym_agents.rollout.branching import (
     global_sample_count,
     segment_entropy,
 )
-from rlvr_gym_agents.rollout.episode import PolicyEpisode
+from rlvr_gym_agents.rollout.episode import PlayedTurn, PolicyEpisode, play_turns
 from rlvr_gym_agents.rollout.tree import RolloutTree, TreeRollout, tree_metrics
 from rlvr_gym_agents.rollout.types import RolloutBatch
 
@@ -121,6 +122,7 @@ class TreeSampler:
         config: tree settings.
         env_factory: builds an env from an env id (default :func:`rlvr_gym.make`).
         sampling: the sampling of :meth:`sample_batch` (``sample`` takes its own).
+        step_executor: steps each round's envs concurrently (None: one after another); the trees are the same.
     """
 
     def __init__(
@@ -130,8 +132,10 @@ class TreeSampler:
         config: TreeSamplerConfig | None = None,
         env_factory: Callable[..., Env] = rlvr_gym.make,
         sampling: SamplingParams | None = None,
+        step_executor: Executor | None = None,
     ) -> None:
         self.policy, self.chat, self.sampling = policy, chat, sampling or SamplingParams()
+        self.step_executor = step_executor
         self.config = config or TreeSamplerConfig()
         self.env_factory = env_factory
         # other engines (vLLM) get full contexts and reuse shared prefixes with their own prefix cache
@@ -301,8 +305,10 @@ class _Run:
         generations = self.kv.generate(running)
         children: list[tuple[_Path, int]] = []  # (child path, row in the round's KV state of its parent)
         for row, (path, generation) in enumerate(zip(running, generations, strict=True)):
-            children += [(c, row) for c in self._maybe_branch(path, generation)]
-            self._advance(path, generation)
+            children += [(c, row) for c in self._maybe_branch(path, generation)]  # forks before the parent steps
+        played = play_turns([p.episode for p in running], generations, self.sampler.chat, self.sampler.step_executor)
+        for path, generation, turn in zip(running, generations, played, strict=True):
+            self._advance(path, generation, turn)
         self.kv.rebuild(running, children)
 
     def _overflows(self, path: _Path) -> bool:
@@ -365,10 +371,9 @@ class _Run:
         self.paths.append(child)
         return child
 
-    def _advance(self, path: _Path, generation: Generation) -> None:
-        """Plays the turn (:meth:`PolicyEpisode.play`) and adds its node to the tree."""
+    def _advance(self, path: _Path, generation: Generation, played: PlayedTurn) -> None:
+        """Adds the node of a played turn (:func:`play_turns`) to the tree."""
         tree = self.trees[path.task_index]
-        played = path.episode.play(generation, self.sampler.chat)
         outcome = played.outcome
         fields: dict[str, Any] = {
             "generated_ids": list(generation.token_ids),
