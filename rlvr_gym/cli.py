@@ -74,6 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--all", action="store_true", help="check every registered env")
     check.add_argument("--num-tasks", type=int, default=3, help="tasks to check on (default 3)")
     check.add_argument("--suite", help="family/suite to take tasks from (default: the env's default suite)")
+    check.add_argument("--no-surrogates", action="store_true",
+                       help="do not send actions with lone surrogates (also RLVR_GYM_CHECK_SURROGATES=0)")
     check.set_defaults(run=cmd_check)
     play = commands.add_parser("play", help="play an env in the terminal")
     play.add_argument("env_id")
@@ -147,7 +149,8 @@ def cmd_check(args: argparse.Namespace, console: Console) -> int:
         env_id = rlvr_gym.spec(env_id).id  # unknown ids are a usage error, reported with the closest ids
         try:
             with console.status(f"checking {env_id} ..."):
-                report = check_env(env_id, tasks, args.num_tasks, raise_on_failure=False)
+                report = check_env(env_id, tasks, args.num_tasks, raise_on_failure=False,
+                                   surrogates=False if args.no_surrogates else None)
         except CheckError as error:  # no tasks to check on
             console.print(f"[red]FAILED[/red] {escape(str(error))}", soft_wrap=True)
             passed = False
