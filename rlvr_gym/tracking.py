@@ -132,6 +132,7 @@ class TensorBoardTracker:
 
 class WandbTracker:
     """A Weights & Biases run (``wandb.init``); ``WANDB_MODE=offline`` or ``mode="offline"`` needs no account.
+    wandb keeps a ``wandb-core`` service process until the interpreter exits or ``wandb.teardown()``.
 
     Args:
         directory: where wandb writes its files (``<directory>/wandb``).

@@ -63,7 +63,7 @@ def test_mlflow_tracker_is_read_back_by_mlflow(tmp_path: Path, monkeypatch: pyte
 
 
 def test_wandb_tracker_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    pytest.importorskip("wandb")
+    wandb = pytest.importorskip("wandb")
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     tracker = make_tracker(["wandb"], tmp_path, project="tests", config=CONFIG)
@@ -71,6 +71,7 @@ def test_wandb_tracker_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     _log_three_steps(tracker)
     assert run.config["seed"] == 3 and run.summary["eval/pass@1"] == 0.5 and "note" not in list(run.summary.keys())
     tracker.close()
+    wandb.teardown()  # stops the wandb-core service, which would outlive the test as a child of pytest
     assert list((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"))
 
 
