@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -158,11 +159,17 @@ def test_an_entry_point_family_is_listed_and_ships_its_suites(
 def test_fresh_venv_install_runs_eval_and_check_without_a_checkout(tmp_path: Path) -> None:
     """``pip install`` (not editable) of the core and the textworld family into a new venv without torch, then
     ``rlvr-gym eval --agent gold`` and ``rlvr-gym check`` from a folder outside the repository."""
+    source = tmp_path / "src"  # a copy, so the in-tree build leaves nothing in the checkout
+    skip = shutil.ignore_patterns("__pycache__", "*.egg-info", "build", ".venv")
+    for part in ("pyproject.toml", "README.md", "rlvr_gym", "envs/textworld"):
+        copy = shutil.copytree if (REPO / part).is_dir() else shutil.copy2
+        (source / part).parent.mkdir(parents=True, exist_ok=True)
+        copy(REPO / part, source / part, **({"ignore": skip} if copy is shutil.copytree else {}))
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = venv / "bin" / "python"
-    subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(REPO),
-                    str(REPO / "envs" / "textworld")], check=True, timeout=900)
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(source),
+                    str(source / "envs" / "textworld")], check=True, timeout=900)
     work = tmp_path / "work"
     work.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "RLVR_GYM_TASKS")}
