@@ -7,7 +7,17 @@ verifiers and typed failures. This package never imports torch.
 from rlvr_gym.core import Env, ForkNotSupportedError, StepResult, TextSpace
 from rlvr_gym.failures import Failure, FailureKind
 from rlvr_gym.registry import EnvSpec, UnknownEnvError, list_envs, make, register, spec
-from rlvr_gym.tasks import SuiteNotFoundError, Task, TaskFileError, TaskSuite, load_suite, task_dirs, tasks_dir
+from rlvr_gym.tasks import (
+    SuiteNotFoundError,
+    Task,
+    TaskFileError,
+    TaskSuite,
+    find_task_path,
+    list_suites,
+    load_suite,
+    task_dirs,
+    tasks_dir,
+)
 from rlvr_gym.verifier import RewardResult, Verifier
 
 __all__ = [
@@ -25,7 +35,9 @@ __all__ = [
     "TextSpace",
     "UnknownEnvError",
     "Verifier",
+    "find_task_path",
     "list_envs",
+    "list_suites",
     "load_suite",
     "make",
     "register",

@@ -7,8 +7,12 @@ Commands::
     rlvr-gym check --all                              ... on every registered env
     rlvr-gym play ENV_ID [--seed S] [--suite S] [--task ID]
                                                       play an episode in the terminal (`:q` quits)
-    rlvr-gym eval --agent AGENT --suite family/suite [-k 8] [--limit N] [--out DIR] [--workers N]
-                                                      evaluate an agent; writes report.{json,md,png}
+    rlvr-gym eval --agent AGENT --suite family/suite [-k 8] [--limit N] [--out DIR] [--workers N] [--by KEY]
+                                                      evaluate an agent; writes report.{json,md,png},
+                                                      transcripts.md
+    rlvr-gym compare A B [--by KEY] [--metric M] [--out DIR]
+                                                      compare two reports: per-task deltas, paired
+                                                      bootstrap confidence intervals
     rlvr-gym train RECIPE [key=value ...]             train (delegates to rlvr_gym_agents)
 
 ``AGENT`` is ``gold`` (replays each task's gold actions), ``random``, ``python:module:attr`` (an Agent or
@@ -76,6 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--all", action="store_true", help="check every registered env")
     check.add_argument("--num-tasks", type=int, default=3, help="tasks to check on (default 3)")
     check.add_argument("--suite", help="family/suite to take tasks from (default: the env's default suite)")
+    check.add_argument("--no-surrogates", action="store_true",
+                       help="do not send actions with lone surrogates (also RLVR_GYM_CHECK_SURROGATES=0)")
     check.set_defaults(run=cmd_check)
     play = commands.add_parser("play", help="play an env in the terminal")
     play.add_argument("env_id")
@@ -84,6 +90,17 @@ def build_parser() -> argparse.ArgumentParser:
     play.add_argument("--task", help="task id to play")
     play.set_defaults(run=cmd_play)
     _add_eval_parser(commands)
+    compare = commands.add_parser("compare", help="compare two eval reports (paired bootstrap over tasks)")
+    compare.add_argument("a", help="baseline: report.json or the folder holding it")
+    compare.add_argument("b", help="candidate: report.json or the folder holding it")
+    compare.add_argument("--metric", action="append", help="pass@J, mean_reward, mean_turns, success_rate "
+                         "(repeatable; default pass@1, pass@k, mean_reward)")
+    compare.add_argument("--by", help="also compare within each value of this task metadata key")
+    compare.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples (default 10000)")
+    compare.add_argument("--confidence", type=float, default=0.95, help="interval coverage (default 0.95)")
+    compare.add_argument("--seed", type=int, default=0, help="seed of the resampling")
+    compare.add_argument("--out", help="also write compare.json and compare.md here")
+    compare.set_defaults(run=cmd_compare)
     train = commands.add_parser("train", help="train a policy with a recipe (needs rlvr_gym_agents)")
     train.add_argument("recipe")
     train.add_argument("overrides", nargs=argparse.REMAINDER, help="key=value overrides")
@@ -116,6 +133,10 @@ def _add_eval_parser(commands: Any) -> None:
                                            "available, else cpu)")
     evaluate.add_argument("--dtype", choices=["float32", "bfloat16", "float16"],
                           help="model dtype (model agents; default: the training run's, else float32)")
+    evaluate.add_argument("--by", action="append", default=[], metavar="KEY",
+                          help="split every metric by this task metadata key (repeatable)")
+    evaluate.add_argument("--transcripts", type=int, default=20, metavar="N",
+                          help="episodes written to transcripts.md (default 20; 0: none)")
     evaluate.set_defaults(run=cmd_eval)
 
 
@@ -157,7 +178,8 @@ def cmd_check(args: argparse.Namespace, console: Console) -> int:
         env_id = rlvr_gym.spec(env_id).id  # unknown ids are a usage error, reported with the closest ids
         try:
             with console.status(f"checking {env_id} ..."):
-                report = check_env(env_id, tasks, args.num_tasks, raise_on_failure=False)
+                report = check_env(env_id, tasks, args.num_tasks, raise_on_failure=False,
+                                   surrogates=False if args.no_surrogates else None)
         except CheckError as error:  # no tasks to check on
             console.print(f"[red]FAILED[/red] {escape(str(error))}", soft_wrap=True)
             passed = False
@@ -282,12 +304,12 @@ def cmd_eval(args: argparse.Namespace, console: Console) -> int:
     console.print(f"evaluating {args.agent} on {len(tasks)} task(s) of {args.suite}, k={args.k}")
     with _env_factory(args.workers) as env_factory:
         report = evaluate(agent, tasks, k=args.k, env_factory=env_factory, max_parallel=args.max_parallel,
-                          env_threads=args.env_threads or args.workers > 0)
+                          env_threads=args.env_threads or args.workers > 0, by=args.by)
     report.config = {"agent": args.agent, "suite": args.suite, "k": args.k, "num_tasks": len(tasks),
                      "temperature": args.temperature, "top_p": args.top_p, "seed": args.seed, "workers": args.workers}
     _print_metrics(report.metrics, console)
     out = Path(args.out or Path("runs") / "eval" / f"{_slug(args.suite)}-{_slug(args.agent)}")
-    paths = report.save(out)
+    paths = report.save(out, num_transcripts=args.transcripts)
     console.print("wrote " + ", ".join(str(p) for p in paths.values()))
     return EXIT_OK
 
@@ -368,9 +390,12 @@ def _print_metrics(metrics: dict[str, Any], console: Console) -> None:
         stderr = metrics.get(f"{key}_stderr")
         table.add_row(key, format_value(metrics.get(key)) + (f" ± {stderr:.3f}" if stderr is not None else ""))
     console.print(table)
-    if len(metrics["per_env"]) > 1 or metrics["per_task_type"]:
-        groups = {**metrics["per_env"], **metrics["per_task_type"]}
-        breakdown = Table(title="per env / task type", title_justify="left")
+    splits = [("per env / task type", {**metrics["per_env"], **metrics["per_task_type"]})]
+    splits += [(f"by {key}", groups) for key, groups in metrics.get("by", {}).items()]
+    for title, groups in splits:
+        if title.startswith("per") and len(metrics["per_env"]) < 2 and not metrics["per_task_type"]:
+            continue
+        breakdown = Table(title=title, title_justify="left")
         for column in ("name", "episodes", "pass@1", f"pass@{k}", "mean reward"):
             breakdown.add_column(column)
         for name, m in groups.items():
@@ -383,6 +408,30 @@ def _print_metrics(metrics: dict[str, Any], console: Console) -> None:
 
 def _slug(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in text).strip("_")[:60]
+
+
+# -- compare ------------------------------------------------------------------------------------------------
+def cmd_compare(args: argparse.Namespace, console: Console) -> int:
+    """Compares report B with report A and prints one row per metric (and per ``--by`` value)."""
+    import json
+
+    from rlvr_gym.compare import compare_markdown, compare_reports
+
+    if args.resamples < 1 or not 0 < args.confidence < 1:
+        raise UsageError("--resamples must be >= 1 and --confidence in (0, 1)")
+    try:
+        result = compare_reports(args.a, args.b, metrics=args.metric, by=args.by, num_resamples=args.resamples,
+                                 confidence=args.confidence, seed=args.seed)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    console.print(compare_markdown(result), markup=False, soft_wrap=True)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "compare.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        (out / "compare.md").write_text(compare_markdown(result), encoding="utf-8")
+        console.print(f"wrote {out / 'compare.json'}, {out / 'compare.md'}")
+    return EXIT_OK
 
 
 # -- train --------------------------------------------------------------------------------------------------

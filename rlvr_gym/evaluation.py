@@ -52,6 +52,10 @@ logger = logging.getLogger(__name__)
 
 AGENT_ERROR = "agent_error"
 """Failure kind recorded when the agent (not the env) raised."""
+OBSERVATION_CHARS = 4000
+"""The longest observation kept in an :class:`EpisodeRecord`, in characters (longer ones keep both ends)."""
+NO_VALUE = "(none)"
+"""The group of records whose task has no value for a ``by`` key."""
 
 __all__ = [
     "AGENT_ERROR",
@@ -127,6 +131,12 @@ class EpisodeRecord:
         actions: the actions taken.
         elapsed_s: wall-clock seconds from reset to the end of the episode.
         task_type: ``task.metadata["task_type"]`` when present.
+        observations: the reset observation, then one per completed step (so ``observations[i]`` is what the
+            agent saw before ``actions[i]``); each clipped to :data:`OBSERVATION_CHARS` characters (head and
+            tail kept).
+        step_rewards: the reward of each completed step.
+        step_failures: the failure kind of each completed step, or None.
+        metadata: the task's ``metadata`` (what ``summarize(..., by=[KEY])`` splits on).
     """
 
     task_id: str
@@ -145,6 +155,10 @@ class EpisodeRecord:
     actions: list[str] = dataclasses.field(default_factory=list)
     elapsed_s: float = 0.0
     task_type: str | None = None
+    observations: list[str] = dataclasses.field(default_factory=list)
+    step_rewards: list[float] = dataclasses.field(default_factory=list)
+    step_failures: list[str | None] = dataclasses.field(default_factory=list)
+    metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """Returns the record as a JSON-serialisable dict."""
@@ -187,7 +201,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
 
 
-def summarize(records: Sequence[EpisodeRecord], k: int = 1) -> dict[str, Any]:
+def summarize(records: Sequence[EpisodeRecord], k: int = 1, by: Sequence[str] = ()) -> dict[str, Any]:
     """Aggregates episode records into the metrics of a report.
 
     pass@1 and pass@k are averaged over tasks (each task weighs the same whatever its sample count); the
@@ -196,14 +210,19 @@ def summarize(records: Sequence[EpisodeRecord], k: int = 1) -> dict[str, Any]:
     Args:
         records: the episodes; each task should have at least ``k`` samples.
         k: the k of pass@k.
+        by: keys to split every metric by: a task metadata key (``task.metadata[KEY]``), or a record field
+            (``env_id``, ``task_type``); records without a value fall in the group :data:`NO_VALUE`.
 
     Returns:
         A dict with ``num_tasks``, ``num_episodes``, ``k``, ``pass@1``, ``pass@{k}``, their standard errors over
-        tasks ``pass@1_stderr`` and ``pass@{k}_stderr`` (None with fewer than two tasks), ``mean_reward``,
-        ``mean_turns``, ``truncation_rate``, ``tool_calls_per_episode`` and ``invalid_tool_call_rate``
-        (None when no env declared tools / no call was made), ``failures_by_type`` (all failures, by kind),
-        ``episodes_ended_by`` (last-step failure kinds), ``mean_elapsed_s``, and the breakdowns
-        ``per_env`` and ``per_task_type`` (the same metrics, without breakdowns).
+        tasks ``pass@1_stderr`` and ``pass@{k}_stderr`` (None with fewer than two tasks), the curve
+        ``pass@k_curve`` (``{"1": pass@1, ..., "K": pass@K}`` for every j <= k) and ``pass@k_curve_stderr``,
+        ``mean_reward``, ``mean_turns``, ``truncation_rate``, ``tool_calls_per_episode`` and
+        ``invalid_tool_call_rate`` (None when no env declared tools / no call was made), ``failures_by_type``
+        (every failure of every turn, by kind), ``episodes_ended_by`` (the failure kind of the last step,
+        one per episode at most), ``mean_elapsed_s``, the breakdowns ``per_env`` and ``per_task_type``, and
+        ``by`` (``{KEY: {value: metrics}}``, one entry per key of ``by``); the breakdowns hold the same
+        metrics without breakdowns.
 
     Raises:
         ValueError: when ``records`` is empty, ``k < 1``, or a task has fewer than ``k`` samples.
@@ -212,7 +231,21 @@ def summarize(records: Sequence[EpisodeRecord], k: int = 1) -> dict[str, Any]:
     metrics["per_env"] = {env: _core_metrics(group, k) for env, group in _group_by(records, "env_id").items()}
     typed = [r for r in records if r.task_type is not None]
     metrics["per_task_type"] = {t: _core_metrics(group, k) for t, group in _group_by(typed, "task_type").items()}
+    metrics["by"] = {key: {value: _core_metrics(group, k) for value, group in _group_by_key(records, key).items()}
+                     for key in by}
     return metrics
+
+
+def _group_by_key(records: Iterable[EpisodeRecord], key: str) -> dict[str, list[EpisodeRecord]]:
+    """Groups by ``record.metadata[key]``, else the record field ``key``; sorted by group name."""
+    groups: dict[str, list[EpisodeRecord]] = collections.defaultdict(list)
+    for record in records:
+        value = record.metadata.get(key, getattr(record, key, None) if key in _RECORD_KEYS else None)
+        groups[NO_VALUE if value is None else str(value)].append(record)
+    return dict(sorted(groups.items()))
+
+
+_RECORD_KEYS = frozenset({"env_id", "task_type", "task_id"})
 
 
 def _core_metrics(records: Sequence[EpisodeRecord], k: int) -> dict[str, Any]:
@@ -225,16 +258,19 @@ def _core_metrics(records: Sequence[EpisodeRecord], k: int) -> dict[str, Any]:
     if short:
         raise ValueError(f"pass@{k} needs >= {k} samples per task; too few for {short[:5]} (evaluate with k={k})")
     counts = [(len(group), sum(r.success for r in group)) for group in by_task.values()]
+    curve = {j: [pass_at_k(n, c, j) for n, c in counts] for j in range(1, k + 1)}
     with_tools = [r for r in records if r.tools_declared]
     num_calls = sum(r.tool_calls for r in with_tools)
     return {
         "num_tasks": len(by_task),
         "num_episodes": len(records),
         "k": k,
-        "pass@1": _mean(pass_at_k(n, c, 1) for n, c in counts),
-        f"pass@{k}": _mean(pass_at_k(n, c, k) for n, c in counts),
-        "pass@1_stderr": _standard_error([pass_at_k(n, c, 1) for n, c in counts]),
-        f"pass@{k}_stderr": _standard_error([pass_at_k(n, c, k) for n, c in counts]),
+        "pass@1": _mean(curve[1]),
+        f"pass@{k}": _mean(curve[k]),
+        "pass@1_stderr": _standard_error(curve[1]),
+        f"pass@{k}_stderr": _standard_error(curve[k]),
+        "pass@k_curve": {str(j): _mean(values) for j, values in curve.items()},
+        "pass@k_curve_stderr": {str(j): _standard_error(values) for j, values in curve.items()},
         "mean_reward": _mean(r.reward for r in records),
         "mean_turns": _mean(r.turns for r in records),
         "truncation_rate": _mean(float(r.truncated) for r in records),
@@ -273,7 +309,8 @@ class _Episode:
 
     def __init__(self, task: Task, sample: int) -> None:
         self.task, self.key = task, episode_key(task, sample)
-        self.record = EpisodeRecord(task.id, sample, task.env_id, task_type=_task_type(task))
+        self.record = EpisodeRecord(task.id, sample, task.env_id, task_type=_task_type(task),
+                                    metadata=dict(task.metadata))
         self.env: EnvEpisode | None = None
         self.observation: str = ""
         self.info: dict[str, Any] = {}
@@ -289,6 +326,7 @@ class _Episode:
             return
         self.observation, self.info = self.env.observation, self.env.info
         self.record.tools_declared = bool(self.info.get("tools"))
+        self.record.observations.append(clip_text(self.observation))
         self._note_failure(info_failure(self.info))
 
     def step(self, action: str) -> None:
@@ -299,9 +337,12 @@ class _Episode:
         record = self.record
         record.turns += 1
         record.reward += outcome.reward
+        record.observations.append(clip_text(outcome.observation))
+        record.step_rewards.append(outcome.reward)
         record.tool_calls += int(outcome.info.get("tool_calls") or 0)
         record.invalid_tool_calls += int(outcome.info.get("invalid_tool_calls") or 0)
         kind = self._note_failure(outcome.failure)
+        record.step_failures.append(kind)
         self.observation, self.info = outcome.observation, outcome.info
         if outcome.done:
             record.terminated, record.truncated = outcome.terminated, outcome.truncated
@@ -336,6 +377,15 @@ class _Episode:
         return failure.kind.value
 
 
+def clip_text(text: Any, limit: int = OBSERVATION_CHARS) -> str:
+    """``text`` as str, at most ``limit`` characters: the head and the tail around a note of what was cut."""
+    text = str(text)
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n[... {len(text) - 2 * half} characters cut ...]\n{text[-half:]}"
+
+
 def _task_type(task: Task) -> str | None:
     task_type = task.metadata.get("task_type")
     return None if task_type is None else str(task_type)
@@ -350,6 +400,7 @@ def evaluate(
     max_parallel: int = 16,
     env_threads: bool = False,
     progress: bool = True,
+    by: Sequence[str] = (),
 ) -> EvalReport:
     """Runs ``k`` episodes per task with ``agent`` and summarizes them.
 
@@ -364,7 +415,9 @@ def evaluate(
         env_threads: for a :class:`BatchAgent`, reset and step the live envs concurrently in up to
             ``max_parallel`` threads (envs must tolerate being called from any thread); False calls every env
             from the calling thread.
-        progress: show a progress bar (tqdm) over episodes.
+        progress: show a progress bar over episodes (:func:`rlvr_gym.tracking.progress_bar`: redraws in a
+            terminal, a line every 30 s in a log).
+        by: task metadata keys to split every metric by (see :func:`summarize`).
 
     Returns:
         An :class:`EvalReport` with ``metrics`` (see :func:`summarize`) and one record per episode, in
@@ -397,7 +450,7 @@ def evaluate(
         else:
             raise TypeError(f"agent must have act(), act_batch() or be callable; got {type(agent).__name__}")
     records = [episode.record for episode in episodes]
-    return EvalReport(summarize(records, k), records)
+    return EvalReport(summarize(records, k, by), records)
 
 
 def _run_single(agent: Any, episode: _Episode, env_factory: Callable[[str], Env], episodes: list[_Episode]) -> None:
@@ -461,6 +514,6 @@ def _log_agent_error(error: BaseException, episodes: Sequence[_Episode]) -> None
 
 
 def _progress_bar(total: int, enabled: bool) -> Any:
-    from tqdm.auto import tqdm
+    from rlvr_gym.tracking import progress_bar
 
-    return tqdm(total=total, desc="episodes", unit="ep", disable=not enabled, leave=False)
+    return progress_bar(total, desc="episodes", unit="ep", enabled=enabled, leave=False)

@@ -145,21 +145,48 @@ def make(env_id: str, **kwargs: Any) -> Env:
 
 def list_envs(family: str | None = None) -> list[EnvSpec]:
     """Returns the registered specs (of one family, if given), sorted by id, after importing every
-    installed family package so the list is complete."""
-    for name in installed_families():
-        _try_import(f"rlvr_gym_{name}")
+    family module :func:`family_modules` finds, so the list is complete.
+
+    Raises:
+        ImportError: when a family module exists but one of its own imports fails (the error names it).
+    """
+    for name, module in family_modules().items():
+        if family in (None, name):
+            _try_import(module)
     return sorted((s for s in _REGISTRY.values() if family in (None, s.family)), key=lambda s: s.id)
 
 
 def installed_families() -> list[str]:
-    """Names of the env families importable here: ``rlvr_gym_<family>`` distributions and entry points."""
-    names = set()
+    """Names of the env families importable here (see :func:`family_modules`), without ``testing``."""
+    return sorted(name for name in family_modules() if name != "testing")
+
+
+def family_modules() -> dict[str, str]:
+    """Every env family found here, mapped to the module that registers its ids when imported.
+
+    Found, without importing anything: ``rlvr-gym-<family>`` distributions, top-level modules and packages
+    named ``rlvr_gym_<family>`` anywhere on ``sys.path`` (a ``rlvr_gym_mygames.py`` beside your script, or a
+    folder on ``PYTHONPATH``), entry points of the group ``rlvr_gym.envs`` (name = family, value = module),
+    and ``testing`` (:mod:`rlvr_gym.testing`). ``rlvr_gym_agents`` is the trainer, not a family.
+    """
+    import pkgutil
+
+    found: dict[str, str] = {"testing": "rlvr_gym.testing"}
     for dist in importlib.metadata.distributions():
         dist_name = (dist.metadata["Name"] or "").replace("_", "-").lower()
-        if dist_name.startswith("rlvr-gym-") and dist_name != "rlvr-gym-agents":
-            names.add(dist_name.removeprefix("rlvr-gym-"))
-    names.update(ep.name for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
-    return sorted(names)
+        if dist_name.startswith("rlvr-gym-") and dist_name not in _NOT_FAMILIES:
+            family = dist_name.removeprefix("rlvr-gym-").replace("-", "_")
+            found.setdefault(family, f"rlvr_gym_{family}")
+    for module in pkgutil.iter_modules():
+        if module.name.startswith("rlvr_gym_") and module.name.replace("_", "-") not in _NOT_FAMILIES:
+            found.setdefault(module.name.removeprefix("rlvr_gym_"), module.name)
+    for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        found.setdefault(entry.name, entry.value.split(":")[0])
+    return dict(sorted(found.items()))
+
+
+_NOT_FAMILIES = frozenset({"rlvr-gym-agents"})
+"""Distributions and modules named like a family that are not one."""
 
 
 def _import_family(env_id: str) -> None:

@@ -1,13 +1,17 @@
-"""Evaluation reports: JSON, Markdown and a PNG of plots (matplotlib, headless).
+"""Evaluation reports: JSON, Markdown, transcripts and a PNG of plots (matplotlib, headless).
 
 An :class:`EvalReport` holds the metrics of :func:`rlvr_gym.evaluation.summarize` and the episode records.
-``save(dir)`` writes ``report.json`` (metrics, run config and every record), ``report.md`` (tables) and
-``report.png`` (success by task type or env, reward histogram, failures by type).
+``save(dir)`` writes ``report.json`` (metrics, run config and every record with its transcript: observations,
+actions, step rewards, failures), ``report.md`` (tables: headline metrics, the pass@k curve, per env / task
+type / ``--by`` key, failures), ``transcripts.md`` (a readable sample of episodes) and ``report.png`` (the
+pass@k curve, pass@1 by group, the reward histogram, failures per turn and what ended episodes; error bars
+are one standard error over tasks).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -65,32 +69,48 @@ class EvalReport:
         note = (f"pass@1 and pass@{k}: the unbiased estimator of Chen et al. 2021, averaged over tasks (± standard "
                 "error over tasks); other means are over episodes. Tool metrics count only envs that declare tools.")
         lines += ["", note]
-        for title, key in (("Per env", "per_env"), ("Per task type", "per_task_type")):
-            if m.get(key):
-                lines += ["", f"## {title}", "", *_breakdown_table(m[key], k)]
-        if m.get("failures_by_type"):
-            lines += ["", "## Failures by type", "", "| kind | failures | episodes ended by it |", "|---|---|---|"]
+        curve, curve_stderr = m.get("pass@k_curve") or {}, m.get("pass@k_curve_stderr") or {}
+        if len(curve) > 1:
+            lines += ["", "## pass@k curve", "", "| k | pass@k |", "|---|---|"]
+            lines += [f"| {j} | {format_value(v)}{_pm(curve_stderr.get(j))} |" for j, v in curve.items()]
+        groups = [("Per env", m.get("per_env")), ("Per task type", m.get("per_task_type"))]
+        groups += [(f"By {key}", split) for key, split in (m.get("by") or {}).items()]
+        for title, split in groups:
+            if split:
+                lines += ["", f"## {title}", "", *_breakdown_table(split, k)]
+        if m.get("failures_by_type") or m.get("episodes_ended_by"):
+            lines += ["", "## Failures", "", ("Failures on any turn (an episode can have many), and the failure of the "
+                      "last step, which ended the episode (at most one per episode)."), "",
+                      "| kind | failures on any turn | episodes ended by it |", "|---|---|---|"]
             ended = m.get("episodes_ended_by", {})
-            lines += [f"| {kind} | {count} | {ended.get(kind, 0)} |" for kind, count in m["failures_by_type"].items()]
+            kinds = list(dict.fromkeys([*m.get("failures_by_type", {}), *ended]))
+            lines += [f"| {kind} | {m.get('failures_by_type', {}).get(kind, 0)} | {ended.get(kind, 0)} |"
+                      for kind in kinds]
         text = "\n".join(lines) + "\n"
         if path is not None:
             _write(path, text)
         return text
 
     def plot(self, path: str | Path) -> Path:
-        """Writes a PNG with three panels: success rate by task type (by env when no task types), the
-        histogram of episode rewards, and failures by type. Returns the path."""
+        """Writes a PNG with five panels: the pass@k curve (k = 1..K), pass@1 by task type (by env when no
+        task types), the histogram of episode rewards, failures on any turn by kind, and what ended the
+        episodes. Error bars: one standard error over tasks. Returns the path."""
         import matplotlib
 
         matplotlib.use("Agg")  # headless; must precede pyplot
         import matplotlib.pyplot as plt
 
-        fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+        fig, axes = plt.subplots(1, 5, figsize=(25, 4.8))
+        _curve(axes[0], self.metrics)
         groups = self.metrics.get("per_task_type") or self.metrics.get("per_env", {})
-        _bar(axes[0], {name: g["pass@1"] for name, g in groups.items()}, "success rate (pass@1)", ylim=(0, 1))
-        axes[1].hist([r.reward for r in self.records], bins=20, color="tab:blue")
-        axes[1].set(title="episode reward", xlabel="reward", ylabel="episodes")
-        _bar(axes[2], self.metrics.get("failures_by_type", {}), "failures by type", color="tab:red")
+        _bar(axes[1], {name: g["pass@1"] for name, g in groups.items()}, "pass@1 by group (± s.e. over tasks)",
+             ylim=(0, 1), errors={name: g.get("pass@1_stderr") for name, g in groups.items()})
+        axes[2].hist([r.reward for r in self.records], bins=20, color="tab:blue")
+        axes[2].set(title="episode reward", xlabel="reward", ylabel="episodes")
+        _bar(axes[3], self.metrics.get("failures_by_type", {}), "failures on any turn (count)", color="tab:orange")
+        ended = dict(self.metrics.get("episodes_ended_by", {}))
+        ended = {"success": sum(r.success for r in self.records), **ended}
+        _bar(axes[4], ended, "what ended each episode (episodes)", color="tab:red")
         fig.tight_layout()
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -98,12 +118,32 @@ class EvalReport:
         plt.close(fig)
         return path
 
-    def save(self, directory: str | Path) -> dict[str, Path]:
-        """Writes ``report.json``, ``report.md`` and ``report.png`` into ``directory``; returns their paths."""
+    def to_transcripts(self, path: str | Path | None = None, num_episodes: int = 20) -> str:
+        """Renders a sample of episodes as Markdown: per turn the observation, the action, the reward and any
+        failure. The sample takes failed and successful episodes in turn (in record order), at most
+        ``num_episodes``. Writes to ``path`` when given; returns the text."""
+        failed = [r for r in self.records if not r.success]
+        passed = [r for r in self.records if r.success]
+        sample = [r for pair in itertools.zip_longest(failed, passed) for r in pair if r is not None][:num_episodes]
+        lines = ["# Transcripts", "", (f"{len(sample)} of {len(self.records)} episodes ({len(failed)} failed, "
+                 f"{len(passed)} succeeded), failed and successful in turn."), ""]
+        for record in sample:
+            lines += _transcript(record)
+        text = "\n".join(lines) + "\n"
+        if path is not None:
+            _write(path, text)
+        return text
+
+    def save(self, directory: str | Path, num_transcripts: int = 20) -> dict[str, Path]:
+        """Writes ``report.json``, ``report.md``, ``transcripts.md`` (``num_transcripts`` episodes; 0 skips it)
+        and ``report.png`` into ``directory``; returns their paths."""
         directory = Path(directory)
         paths = {"json": directory / "report.json", "markdown": directory / "report.md", "png": directory / "report.png"}
         self.to_json(paths["json"])
         self.to_markdown(paths["markdown"])
+        if num_transcripts > 0:
+            paths["transcripts"] = directory / "transcripts.md"
+            self.to_transcripts(paths["transcripts"], num_transcripts)
         self.plot(paths["png"])
         return paths
 
@@ -115,6 +155,46 @@ def format_value(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.3f}"
     return str(value)
+
+
+def _pm(stderr: float | None) -> str:
+    return "" if stderr is None else f" ± {stderr:.3f}"
+
+
+def _transcript(record: EpisodeRecord) -> list[str]:
+    outcome = "success" if record.success else f"failed ({record.failure or 'no success'})"
+    lines = [(f"## {record.task_id} #{record.sample} ({record.env_id}): {outcome}, reward {record.reward:g}, "
+             f"{record.turns} turn(s)"), ""]
+    for turn, action in enumerate(record.actions):
+        if turn < len(record.observations):
+            lines += [f"**observation {turn}**", "", _fence(record.observations[turn]), ""]
+        notes = [f"reward {record.step_rewards[turn]:g}"] if turn < len(record.step_rewards) else []
+        if turn < len(record.step_failures) and record.step_failures[turn]:
+            notes.append(f"failure {record.step_failures[turn]}")
+        lines += [f"**action {turn + 1}**" + (f" ({', '.join(notes)})" if notes else ""), "", _fence(action), ""]
+    if len(record.observations) > len(record.actions):
+        lines += [f"**observation {len(record.actions)}** (last)", "", _fence(record.observations[-1]), ""]
+    if record.failures:
+        lines += ["**failures**: " + "; ".join(f"{f.get('kind')}: {str(f.get('message', ''))[:200]}"
+                                                for f in record.failures), ""]
+    return lines
+
+
+def _fence(text: str) -> str:
+    fence = "```"
+    while fence in text:
+        fence += "`"
+    return f"{fence}text\n{text}\n{fence}"
+
+
+def _curve(axis: Any, metrics: dict[str, Any]) -> None:
+    curve = metrics.get("pass@k_curve") or {"1": metrics.get("pass@1", 0.0)}
+    stderr = metrics.get("pass@k_curve_stderr") or {}
+    ks = [int(j) for j in curve]
+    errors = [stderr.get(str(j)) or 0.0 for j in ks]
+    axis.errorbar(ks, [curve[str(j)] for j in ks], yerr=errors, marker="o", capsize=3, color="tab:green")
+    axis.set(title="pass@k (± s.e. over tasks)", xlabel="k", ylabel="pass@k", ylim=(0, 1.02))
+    axis.set_xticks(ks)
 
 
 def _with_stderr(metrics: dict[str, Any], key: str) -> str:
@@ -131,13 +211,15 @@ def _breakdown_table(groups: dict[str, dict[str, Any]], k: int) -> list[str]:
     return rows
 
 
-def _bar(axis: Any, values: dict[str, float], title: str, color: str = "tab:green", ylim: Any = None) -> None:
+def _bar(axis: Any, values: dict[str, float], title: str, color: str = "tab:green", ylim: Any = None,
+         errors: dict[str, float | None] | None = None) -> None:
     axis.set_title(title)
     if not values:
         axis.text(0.5, 0.5, "none", ha="center", va="center", transform=axis.transAxes)
         return
     names = list(values)
-    bars = axis.bar(range(len(names)), [values[n] for n in names], color=color)
+    yerr = [(errors or {}).get(n) or 0.0 for n in names] if errors else None
+    bars = axis.bar(range(len(names)), [values[n] for n in names], color=color, yerr=yerr, capsize=3)
     axis.bar_label(bars, fmt="%.3g", fontsize=8)
     axis.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
     if ylim is not None:

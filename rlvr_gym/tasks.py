@@ -2,8 +2,13 @@
 
 A :class:`Task` is everything needed to start and verify one episode: which env, the options passed to
 ``reset`` (including the seed), optional gold and deliberately wrong action sequences, the split and free
-metadata. A :class:`TaskSuite` is a list of tasks loaded from ``tasks/<family>/<suite>.jsonl``; a manifest
+metadata. A :class:`TaskSuite` is a list of tasks loaded from one JSONL file; a manifest
 (``<suite>.manifest.json``) beside it records source, licence, split and checksum.
+
+Where suites live: each family package ships its own as package data (``rlvr_gym_<family>/task_suites/``),
+so ``load_suite("textworld/easy-test")`` works after ``pip install rlvr-gym-textworld``; ``RLVR_GYM_TASKS``
+folders (``<dir>/<family>/<suite>.jsonl``) are searched first, so a user's suites add to or override them.
+The repository's ``tasks/<family>`` entries point at the same package folders.
 
 Example line::
 
@@ -112,7 +117,7 @@ class TaskSuite:
         """
         path = Path(path)
         if not path.is_file():
-            raise FileNotFoundError(f"task suite {path} not found; suites live in tasks/<family>/<suite>.jsonl")
+            raise FileNotFoundError(f"task suite {path} not found; load shipped suites by name, e.g. load_suite('textworld/easy-test')")
         tasks = []
         with path.open(encoding="utf-8") as handle:
             for line_no, line in enumerate(handle, start=1):
@@ -154,6 +159,58 @@ class TaskSuite:
         return path
 
 
+    def to_hf_dataset(self) -> Any:
+        """The suite as a Hugging Face ``datasets.Dataset``, one row per task, with the :class:`Task` fields as
+        columns: ``id``, ``env_id``, ``split`` (string); ``gold``, ``wrong`` (list of string, or None);
+        ``options``, ``data``, ``metadata`` (``datasets.Json``: free JSON whose shape differs between tasks).
+        The suite's name is ``dataset.info.description``. :meth:`from_hf_dataset` inverts it exactly.
+
+        Raises:
+            ModuleNotFoundError: when ``datasets`` (>= 5.2, for ``datasets.Json``) is not installed:
+                ``pip install 'rlvr-gym[hf]'``.
+        """
+        datasets = _import_datasets()
+        text, texts = datasets.Value("string"), datasets.List(datasets.Value("string"))
+        features = datasets.Features({name: datasets.Json() if name in _JSON_COLUMNS else texts
+                                      if name in ("gold", "wrong") else text for name in HF_COLUMNS})
+        columns = {name: [getattr(task, name) for task in self.tasks] for name in HF_COLUMNS}
+        dataset = datasets.Dataset.from_dict(columns, features=features)
+        dataset.info.description = self.name
+        return dataset
+
+    @classmethod
+    def from_hf_dataset(cls, dataset: Any, name: str | None = None) -> TaskSuite:
+        """Inverse of :meth:`to_hf_dataset`: any table with the same columns (a ``datasets.Dataset``, or an
+        iterable of row dicts; JSON columns may also be JSON text).
+
+        Raises:
+            TaskFileError: on a row that is not a valid :class:`Task` (naming the row, 1-based).
+        """
+        tasks = []
+        for row_no, row in enumerate(dataset, start=1):
+            raw = {key: json.loads(value) if key in _JSON_COLUMNS and isinstance(value, str) else value
+                   for key, value in dict(row).items()}
+            tasks.append(parse_task_line(json.dumps(raw), "<dataset>", row_no))
+        info = getattr(dataset, "info", None)
+        return cls(name or getattr(info, "description", None) or "dataset", tasks)
+
+
+HF_COLUMNS = ("id", "env_id", "options", "data", "gold", "wrong", "split", "metadata")
+"""The columns of :meth:`TaskSuite.to_hf_dataset`, the fields of :class:`Task`."""
+_JSON_COLUMNS = frozenset({"options", "data", "metadata"})
+
+
+def _import_datasets() -> Any:
+    try:
+        import datasets
+    except ModuleNotFoundError as error:
+        if error.name == "datasets":
+            raise ModuleNotFoundError("TaskSuite.to_hf_dataset needs Hugging Face `datasets` >= 5.2: "
+                                      "pip install 'rlvr-gym[hf]'", name="datasets") from None
+        raise
+    return datasets
+
+
 def parse_task_line(line: str, path: Path | str = "<string>", line_no: int = 1) -> Task:
     """Parses one JSONL line into a :class:`Task`.
 
@@ -173,12 +230,17 @@ def parse_task_line(line: str, path: Path | str = "<string>", line_no: int = 1) 
         raise TaskFileError(f"{path}:{line_no}: invalid task ({problems})") from None
 
 
+SUITES_FOLDER = "task_suites"
+"""The folder, inside a family package, holding that family's suites (``<suite>.jsonl`` + manifests)."""
+
+
 def task_dirs() -> list[Path]:
-    """The folders searched for task suites (``<dir>/<family>/<suite>.jsonl``), in order.
+    """The ``tasks/``-layout folders searched for task suites (``<dir>/<family>/<suite>.jsonl``), in order.
 
     ``RLVR_GYM_TASKS`` (one or more folders separated by ``os.pathsep``), then ``./tasks``, then the
     repository's ``tasks/`` beside the installed ``rlvr_gym`` package (an editable install or a checkout).
-    A user's own suites and the shipped ones are therefore found together. Only existing folders are listed.
+    A user's own suites come first. Only existing folders are listed. The suites shipped inside family
+    packages are searched after these folders (see :func:`family_suite_dirs`).
     """
     import os
 
@@ -190,6 +252,64 @@ def task_dirs() -> list[Path]:
         if path.is_dir() and path not in found:
             found.append(path)
     return found
+
+
+def family_suite_dirs() -> dict[str, Path]:
+    """The suites shipped as package data: family name -> the ``task_suites/`` folder of its package.
+
+    A family package (``rlvr_gym_<family>``, or the module of an ``rlvr_gym.envs`` entry point) ships its
+    suites as ``<package>/task_suites/<suite>.jsonl``; ``load_suite("<family>/<suite>")`` finds them
+    without ``RLVR_GYM_TASKS``. Packages are located without being imported. Only existing folders are listed.
+    """
+    from rlvr_gym.registry import family_modules
+
+    found = {family: _package_suites(module) for family, module in family_modules().items()}
+    return {family: folder for family, folder in found.items() if folder is not None}
+
+
+def family_suite_dir(family: str) -> Path | None:
+    """The ``task_suites/`` folder of one family's package (see :func:`family_suite_dirs`), or None."""
+    conventional = _package_suites("rlvr_gym.testing" if family == "testing" else f"rlvr_gym_{family}")
+    return conventional if conventional is not None else family_suite_dirs().get(family)
+
+
+def _package_suites(module: str) -> Path | None:
+    import importlib.util
+
+    try:
+        module_spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):  # a parent package that fails to import, or a broken spec
+        return None
+    if module_spec is None or module_spec.origin is None:
+        return None
+    if not module_spec.submodule_search_locations and "." not in module:
+        return None  # a single-file module (rlvr_gym_mygames.py) has no package data
+    folder = Path(module_spec.origin).resolve().parent / SUITES_FOLDER
+    return folder if folder.is_dir() else None
+
+
+def find_task_path(relative: str | Path) -> Path:
+    """Resolves a path written relative to a ``tasks/`` folder (``"rtl/verilog-eval"``): the first of
+    :func:`task_dirs` that has it, else the family package's ``task_suites/`` (``rlvr_gym_rtl/task_suites/
+    verilog-eval``). Absolute paths are returned as they are.
+
+    Raises:
+        FileNotFoundError: naming the folders searched.
+    """
+    path = Path(relative)
+    if path.is_absolute():
+        return path
+    candidates = [folder / path for folder in task_dirs()]
+    family, _, rest = path.as_posix().partition("/")
+    shipped = family_suite_dir(family)
+    if shipped is not None:
+        candidates.append(shipped / rest)
+    for candidate in candidates:
+        if candidate.exists():
+            return candidate
+    searched = ", ".join(str(c) for c in candidates) or "none"
+    raise FileNotFoundError(f"{relative} not found (searched {searched}); install the family package "
+                            f"`rlvr-gym-{family}` or set RLVR_GYM_TASKS=/path/to/tasks")
 
 
 def tasks_dir() -> Path:
@@ -208,9 +328,32 @@ def tasks_dir() -> Path:
     return dirs[0]
 
 
+def list_suites(family: str | None = None) -> list[str]:
+    """Names (``family/suite``) of every suite found, in ``tasks/`` folders and in family packages."""
+    names = {f"{folder.name}/{p.stem}" for root in task_dirs() for folder in root.iterdir() if folder.is_dir()
+             for p in folder.glob("*.jsonl")}
+    names.update(f"{fam}/{p.stem}" for fam, folder in family_suite_dirs().items() for p in folder.glob("*.jsonl"))
+    return sorted(n for n in names if family in (None, n.split("/", 1)[0]))
+
+
+def suite_path(name: str) -> Path | None:
+    """The file of suite ``family/suite``: ``<dir>/<family>/<suite>.jsonl`` in the first of :func:`task_dirs`
+    that has it, else ``<family package>/task_suites/<suite>.jsonl``; None when there is none."""
+    for folder in task_dirs():
+        candidate = folder / f"{name}.jsonl"
+        if candidate.is_file():
+            return candidate
+    family, _, suite = name.partition("/")
+    shipped = family_suite_dir(family)
+    if shipped is not None and (shipped / f"{suite}.jsonl").is_file():
+        return shipped / f"{suite}.jsonl"
+    return None
+
+
 def load_suite(name: str | Path) -> TaskSuite:
-    """Loads a suite by file path, or by name ``family/suite`` searched in :func:`task_dirs`
-    (``"textworld/easy-test"`` reads ``tasks/textworld/easy-test.jsonl``).
+    """Loads a suite by file path, or by name ``family/suite``: ``"textworld/easy-test"`` reads
+    ``tasks/textworld/easy-test.jsonl`` from a folder of :func:`task_dirs` (``RLVR_GYM_TASKS`` first), else
+    ``easy-test.jsonl`` shipped in the ``rlvr_gym_textworld`` package (see :func:`suite_path`).
 
     Raises:
         SuiteNotFoundError: (a FileNotFoundError) for a missing file, or an unknown name (naming the closest
@@ -223,20 +366,20 @@ def load_suite(name: str | Path) -> TaskSuite:
             raise SuiteNotFoundError(f"suite file {path} not found (expected a JSONL file of tasks, or a suite "
                                      "name family/suite)")
         return TaskSuite.load(path)
-    dirs = task_dirs()
-    for folder in dirs:
-        candidate = folder / f"{name}.jsonl"
-        if candidate.is_file():
-            return TaskSuite.load(candidate)
+    found = suite_path(str(name))
+    if found is not None:
+        return TaskSuite.load(found)
     family = str(name).split("/", 1)[0]
-    known = sorted({f"{family}/{p.stem}" for folder in dirs for p in (folder / family).glob("*.jsonl")})
-    every = sorted({f"{p.parent.name}/{p.stem}" for folder in dirs for p in folder.glob("*/*.jsonl")})
+    shipped = family_suite_dirs()
+    searched = [str(d) for d in task_dirs()] + [str(d) for d in shipped.values()]
+    known = list_suites(family)
+    every = list_suites()
     # the family's own suites first: a typo in the suite part should not suggest another family's
     close = difflib.get_close_matches(str(name), known, n=3, cutoff=0.5) or difflib.get_close_matches(
         str(name), every, n=3, cutoff=0.5)
-    searched = ", ".join(str(d) for d in dirs) or "none (set RLVR_GYM_TASKS)"
+    hint = "" if family in shipped else f" Is the family package `rlvr-gym-{family}` installed?"
     raise SuiteNotFoundError(
         f"no suite {str(name)!r}; did you mean {' or '.join(close) or '(no close name)'}? "
-        f"suites of {family!r}: {', '.join(known) or 'none'}; searched {searched}. "
+        f"suites of {family!r}: {', '.join(known) or 'none'}; searched {', '.join(searched) or 'none'}.{hint} "
         "Add folders with RLVR_GYM_TASKS=/path/to/tasks (os.pathsep-separated)."
     )

@@ -1,7 +1,9 @@
 """Test doubles and the conformance checker, for rlvr_gym and for environment authors.
 
 - :func:`check_env`: the conformance checker (:mod:`rlvr_gym.testing.checker`).
-- :class:`GoldAgent`, :class:`RandomAgent`, :class:`ScriptedAgent`: test agents.
+- :class:`GoldAgent`, :class:`RandomAgent` (a baseline in each env's grammar), :class:`ScriptedAgent`: test agents.
+- :mod:`rlvr_gym.testing.fuzz`: plausible-but-wrong actions (mutated admissible actions, gold actions and tool
+  calls; lone surrogates) and schema-typed random tool calls.
 - ``testing/Echo-v0`` (:class:`EchoEnv`): a toy env with a known optimum; :func:`echo_tasks` makes tasks;
   :class:`SlowEchoEnv` (not registered) the same with slow steps, for concurrency tests and benchmarks.
 - :func:`temporary_env`: register an env for the duration of a test.

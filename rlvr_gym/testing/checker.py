@@ -16,8 +16,11 @@
   ``supports_fork`` is False).
 - ``gold_and_wrong``: gold actions end in success with ``reward_details``/``success`` in the last info;
   wrong actions score less and are no success.
-- ``malformed_actions``: random text from the action space, ``""``, a 200k-character string and control
-  characters never raise and yield a text observation.
+- ``malformed_actions``: random text from the action space, ``""``, a 200k-character string, control
+  characters, plausible near misses (the env's admissible actions, tool schemas and the task's gold actions
+  mutated: wrong ids, wrong types, truncated; :mod:`rlvr_gym.testing.fuzz`) and lone surrogates (toggle:
+  ``surrogates=`` / ``RLVR_GYM_CHECK_SURROGATES=0``) never raise and yield a text observation; a failure
+  names the action.
 - ``turn_limit``: ``make(env_id, max_turns=2)`` ends an episode by turn 2.
 - ``close``: ``close()`` leaves no child process running (read through psutil); twice is safe.
 
@@ -28,6 +31,7 @@ A failing check raises :class:`CheckError` naming the env, the check, the proble
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -118,6 +122,7 @@ def check_env(
     checks: Sequence[str] | None = None,
     raise_on_failure: bool = True,
     seed: int = 0,
+    surrogates: bool | None = None,
 ) -> CheckReport:
     """Runs the conformance checks on a registered env.
 
@@ -130,6 +135,8 @@ def check_env(
         raise_on_failure: raise :class:`CheckError` at the first failed check; when False every check runs
             and the report carries the failures.
         seed: seeds the random actions.
+        surrogates: send actions with lone surrogates (``"\\ud800"``) in ``malformed_actions``; None reads
+            ``RLVR_GYM_CHECK_SURROGATES`` (``0`` turns them off; default on).
 
     Returns:
         The :class:`CheckReport`.
@@ -148,7 +155,9 @@ def check_env(
     env_id = env_spec.id  # drops a "module:" prefix
     chosen = _choose_tasks(env_id, tasks, num_tasks)
     report = CheckReport(env_id, [t.id for t in chosen])
-    ctx = CheckContext(env_id, env_spec, chosen, seed)
+    if surrogates is None:
+        surrogates = os.environ.get("RLVR_GYM_CHECK_SURROGATES", "1") != "0"
+    ctx = CheckContext(env_id, env_spec, chosen, seed, surrogates)
     for name in checks or ALL_CHECKS:
         result = _run_check(name, ctx)
         report.results.append(result)

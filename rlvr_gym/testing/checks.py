@@ -16,10 +16,13 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import numpy as np
+
 from rlvr_gym.core import Env, ForkNotSupportedError
 from rlvr_gym.failures import Failure
 from rlvr_gym.registry import EnvSpec
 from rlvr_gym.tasks import Task
+from rlvr_gym.testing import fuzz
 
 HUGE_ACTION_CHARS = 200_000
 """Length of the oversized action sent by the malformed-action check, in characters."""
@@ -41,12 +44,14 @@ class CheckSkipped(Exception):
 
 @dataclasses.dataclass
 class CheckContext:
-    """What every check needs: the env id, its spec, the tasks and a seeded generator for random actions."""
+    """What every check needs: the env id, its spec, the tasks, the seed of random actions and options."""
 
     env_id: str
     spec: EnvSpec
     tasks: Sequence[Task]
     seed: int = 0
+    surrogates: bool = True
+    """Send lone-surrogate actions in the malformed-action check."""
 
     def make(self, **overrides: Any) -> Env:
         """Builds a fresh env of ``env_id``."""
@@ -267,7 +272,8 @@ def _require_gold_success(task: Task, gold: Episode) -> None:
 
 
 def malformed_actions(ctx: CheckContext) -> dict[str, str]:
-    """The malformed actions sent: random texts from the action space, empty, huge, and control/non-ASCII."""
+    """The generic malformed actions sent: random texts from the action space, empty, huge, and
+    control/non-ASCII characters."""
     actions = {f"random text {i}": text for i, text in enumerate(ctx.random_actions(3, salt=99))}
     actions.update({"empty string": "", "huge string": "x(" * (HUGE_ACTION_CHARS // 2),
                     "control and non-ASCII": "\x00\x1b[31m ünïcødé ✓ 𝔘 \n\t<|im_end|>"})
@@ -275,27 +281,52 @@ def malformed_actions(ctx: CheckContext) -> dict[str, str]:
 
 
 def check_malformed_actions(ctx: CheckContext) -> str:
-    """Malformed actions never raise; each yields a text observation, and any ``info["failure"]`` is typed."""
+    """Malformed and plausible-but-wrong actions never raise; each yields a text observation, a finite reward
+    and, if any, a typed ``info["failure"]``. Sent, each right after a reset: :func:`malformed_actions`,
+    :func:`rlvr_gym.testing.fuzz.plausible_actions` (the env's admissible actions and tools, and the task's
+    gold actions, mutated: wrong ids, wrong types, truncated) and, unless ``ctx.surrogates`` is False,
+    :func:`rlvr_gym.testing.fuzz.surrogate_actions` (lone surrogates). The generic ones each follow a reset;
+    the others run in one episode, reset again whenever it ends (resets are slow in browser envs)."""
     task = ctx.tasks[0]
     with built(ctx) as env:
-        for name, action in malformed_actions(ctx).items():
-            env.reset(options={"task": task})
-            try:
-                observation, reward, _, _, info = env.step(action)
-            except Exception as error:
-                raise CheckFailed(f"step({name}) raised {type(error).__name__}: {error}",
-                                  "return an observation saying what was wrong and put a Failure in "
-                                  "info['failure'] instead of raising") from error
-            if not isinstance(observation, str) or not observation:
-                raise CheckFailed(f"step({name}) returned observation {_short(observation)}",
-                                  "return a non-empty text observation explaining the problem")
-            failure = info.get("failure")
-            if failure is not None and not isinstance(failure, Failure):
-                raise CheckFailed(f"step({name}): info['failure'] is a {type(failure).__name__}",
-                                  "use rlvr_gym.Failure(FailureKind..., message)")
-            if not math.isfinite(float(reward)):
-                raise CheckFailed(f"step({name}) returned reward {reward}", "rewards must be finite floats")
-    return f"{len(malformed_actions(ctx))} malformed actions"
+        _, info = env.reset(options={"task": task})
+        actions = dict(malformed_actions(ctx))  # generic ones first: each gets its own reset
+        actions.update(fuzz.plausible_actions(info, task.gold, np.random.default_rng(ctx.seed),
+                                              PLAUSIBLE_ACTIONS_PER_CHECK))
+        if ctx.surrogates:
+            actions.update(fuzz.surrogate_actions(info, task.gold))
+        generic = malformed_actions(ctx)
+        done = True
+        for name, action in actions.items():
+            if done or name in generic:
+                env.reset(options={"task": task})
+            done = _step_malformed(env, name, action)
+    surrogates = "" if ctx.surrogates else " (lone surrogates not sent: surrogates=False)"
+    return f"{len(actions)} malformed or plausible-but-wrong actions{surrogates}"
+
+
+PLAUSIBLE_ACTIONS_PER_CHECK = 16
+"""How many mutated admissible/gold actions and tool calls the malformed-action check sends."""
+
+
+def _step_malformed(env: Env, name: str, action: str) -> bool:
+    """Steps one malformed action and checks what came back; returns whether the episode ended."""
+    try:
+        observation, reward, terminated, truncated, info = env.step(action)
+    except Exception as error:
+        raise CheckFailed(f"step() raised {type(error).__name__}: {error} on the action {name} = {_short(action)}",
+                          "return an observation saying what was wrong and put a Failure in "
+                          "info['failure'] instead of raising") from error
+    if not isinstance(observation, str) or not observation:
+        raise CheckFailed(f"step({name} = {_short(action)}) returned observation {_short(observation)}",
+                          "return a non-empty text observation explaining the problem")
+    failure = info.get("failure")
+    if failure is not None and not isinstance(failure, Failure):
+        raise CheckFailed(f"step({name} = {_short(action)}): info['failure'] is a {type(failure).__name__}",
+                          "use rlvr_gym.Failure(FailureKind..., message)")
+    if not math.isfinite(float(reward)):
+        raise CheckFailed(f"step({name} = {_short(action)}) returned reward {reward}", "rewards must be finite floats")
+    return bool(terminated or truncated)
 
 
 def check_turn_limit(ctx: CheckContext) -> str:

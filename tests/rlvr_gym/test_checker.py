@@ -258,3 +258,105 @@ def test_missing_suite_file_is_a_check_error() -> None:
     with (temporary_env("testing/NoSuiteFile-v0", EchoEnv, default_suite="testing/does-not-exist") as env_id,
           pytest.raises(CheckError, match=missing)):
         check_env(env_id)
+
+
+# -- plausible-but-wrong and invalid-Unicode actions ----------------------------------------------------------
+class _GuessRaisesOnUnknownNumbers(EchoEnv):
+    """``guess N`` looks N up in a table of hints that only holds the gold guesses: ``guess 1`` raises KeyError.
+
+    Version History:
+        v0: test double.
+    """
+
+    HINTS: ClassVar[dict[int, str]] = {42: "correct", 50: "lower"}
+
+    def _reset(self, task: Task | None) -> tuple[str, dict[str, Any]]:
+        return "Guess a number: `guess N`.", {}
+
+    def _step(self, action: str) -> StepResult:
+        words = action.split()
+        if len(words) != 2 or words[0] != "guess" or not words[1].isdigit():
+            return super()._step("not a say")  # a parse error, as EchoEnv reports it
+        hint = self.HINTS[int(words[1])]
+        ok = hint == "correct"
+        info = {"reward_details": {"value": float(ok), "components": {}, "reason": hint}, "success": ok}
+        return StepResult(hint, float(ok), ok, False, info if ok else {})
+
+
+class _ToolRaisesOnWrongTypes(EchoEnv):
+    """Declares an ``add(a: int, b: int)`` tool and computes ``a + b`` from the raw JSON without validation.
+
+    Version History:
+        v0: test double.
+    """
+
+    TOOLS: ClassVar[list[dict[str, Any]]] = [{"type": "function", "function": {"name": "add", "parameters": {
+        "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}}}]
+
+    def _reset(self, task: Task | None) -> tuple[str, dict[str, Any]]:
+        observation, info = super()._reset(task)
+        return observation, {**info, "tools": self.TOOLS}
+
+    def _step(self, action: str) -> StepResult:
+        if action.startswith("<tool_call>") and action.endswith("</tool_call>"):
+            import json
+
+            call = json.loads(action.removeprefix("<tool_call>").removesuffix("</tool_call>"))
+            return StepResult(str(call["arguments"]["a"] + call["arguments"]["b"]), 0.0, False, False, {})
+        return super()._step(action)
+
+
+class _RaisesOnSurrogates(EchoEnv):
+    """Encodes every action as UTF-8, which raises on a lone surrogate.
+
+    Version History:
+        v0: test double.
+    """
+
+    def _step(self, action: str) -> StepResult:
+        action.encode("utf-8")
+        return super()._step(action)
+
+
+def _guess_task() -> Task:
+    return Task(id="guess-0", env_id="testing/Guess-v0", gold=["guess 50", "guess 42"], split="test")
+
+
+def test_env_raising_on_a_plausible_guess_fails_naming_the_action() -> None:
+    with temporary_env("testing/Guess-v0", _GuessRaisesOnUnknownNumbers, max_turns=4) as env_id:
+        report = check_env(env_id, [_guess_task()], raise_on_failure=False)
+    failed = {r.name: r.message for r in report.failures}
+    assert list(failed) == ["malformed_actions"], str(report)  # the other eight checks pass
+    assert "KeyError" in failed["malformed_actions"] and "gold 'guess 50': id" in failed["malformed_actions"]
+
+
+def test_env_raising_on_wrongly_typed_tool_arguments_fails() -> None:
+    with temporary_env("testing/AddTool-v0", _ToolRaisesOnWrongTypes, max_turns=3) as env_id:
+        tasks = [t.model_copy(update={"env_id": env_id}) for t in echo_tasks(1)]
+        with pytest.raises(CheckError, match=r"malformed_actions.*tool 'add'"):
+            check_env(env_id, tasks, checks=["malformed_actions"])
+
+
+def test_lone_surrogates_fail_a_raising_env_and_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    with temporary_env("testing/Surrogates-v0", _RaisesOnSurrogates, max_turns=3) as env_id:
+        tasks = [t.model_copy(update={"env_id": env_id}) for t in echo_tasks(1)]
+        with pytest.raises(CheckError, match=r"UnicodeEncodeError.*lone surrogate"):
+            check_env(env_id, tasks, checks=["malformed_actions"])
+        report = check_env(env_id, tasks, checks=["malformed_actions"], surrogates=False)
+        assert report.passed and "lone surrogates not sent" in report.results[0].message
+        monkeypatch.setenv("RLVR_GYM_CHECK_SURROGATES", "0")
+        assert check_env(env_id, tasks, checks=["malformed_actions"]).passed
+
+
+def test_plausible_actions_mutate_admissible_gold_and_tools() -> None:
+    import numpy as np
+
+    from rlvr_gym.testing import fuzz
+
+    info = {"admissible_actions": ["take apple 1 from fridge 1"], "tools": _ToolRaisesOnWrongTypes.TOOLS}
+    actions = fuzz.plausible_actions(info, ["guess 42"], np.random.default_rng(0), limit=100)
+    texts = set(actions.values())
+    assert {"take apple 999999 from fridge 1", "take apple 1 from fridge zzunknown", "take apple 1 ", "guess 1",
+            "guess -1"} <= texts
+    assert any("wrong argument types" in key for key in actions) and any("truncated" in key for key in actions)
+    assert len(fuzz.plausible_actions(info, ["guess 42"], np.random.default_rng(0), limit=5)) == 5

@@ -2,7 +2,7 @@
 
 A VerilogEval directory holds, per problem ``ProbNNN_name``: ``ProbNNN_name_prompt.txt`` (the spec),
 ``ProbNNN_name_ref.sv`` (``RefModule``) and ``ProbNNN_name_test.sv`` (``tb``). The bundled copy
-(``tasks/rtl/verilog-eval/``) holds 104 of the 156 problems; :func:`load_problems` reads any directory in this
+(``rlvr_gym_rtl/task_suites/verilog-eval/``, also ``tasks/rtl/verilog-eval/``) holds 104 of the 156 problems; :func:`load_problems` reads any directory in this
 layout, e.g. a checkout's ``dataset_spec-to-rtl/`` with all 156.
 
 Known iverilog 11 limits (the harness targets iverilog 12): ``Prob151_review2015_fsm`` (enum casts:
@@ -15,12 +15,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from rlvr_gym.tasks import tasks_dir
+from rlvr_gym.tasks import find_task_path
 from rlvr_gym_rtl.lint import Port
 from rlvr_gym_rtl.problem import REF_MODULE, ProblemError, RtlProblem
 
 BUNDLED_DIR = "rtl/verilog-eval"
-"""The bundled problems, relative to :func:`rlvr_gym.tasks.tasks_dir`."""
+"""The bundled problems, relative to a ``tasks/`` folder (shipped in ``rlvr_gym_rtl/task_suites/``)."""
 IVERILOG11_LIMITS = {
     "Prob099_m2014_q6c": "iverilog 11: fails to compile (SystemVerilog feature needs iverilog 12)",
     "Prob151_review2015_fsm": "iverilog 11: 'sorry: This cast operation is not yet supported' (enum casts)",
@@ -66,7 +66,7 @@ def load_problems(directory: str | Path | None = None) -> list[RtlProblem]:
     Raises:
         FileNotFoundError: when the directory holds no ``*_prompt.txt``.
     """
-    base = Path(directory) if directory is not None else tasks_dir() / BUNDLED_DIR
+    base = Path(directory) if directory is not None else find_task_path(BUNDLED_DIR)
     names = problem_names(base)
     if not names:
         raise FileNotFoundError(f"no VerilogEval problems (*_prompt.txt) in {base}")
@@ -74,9 +74,8 @@ def load_problems(directory: str | Path | None = None) -> list[RtlProblem]:
 
 
 def resolve_problem_dir(directory: str) -> Path:
-    """A task's ``problem_dir``: absolute, or relative to :func:`rlvr_gym.tasks.tasks_dir`."""
-    path = Path(directory)
-    return path if path.is_absolute() else tasks_dir() / path
+    """A task's ``problem_dir``: absolute, or relative to a ``tasks/`` folder (:func:`rlvr_gym.tasks.find_task_path`)."""
+    return find_task_path(directory)
 
 
 def mutations(reference_solution: str) -> list[tuple[str, str]]:

@@ -1,0 +1,152 @@
+"""One multi-turn episode at the token level, for hosts that train on token ids (TRL, verl).
+
+Token-in/token-out: the ids a policy generated are kept exactly as generated; between turns the ids of the
+env's next observation (rendered as a user turn by the tokenizer's chat template) are appended, never
+re-encoding the history. ``response_mask`` is 1 on generated ids and 0 on observation ids, so hosts mask the
+observations out of the loss; observation positions get log-prob 0.0.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from rlvr_gym.core import Env
+from rlvr_gym.registry import make
+from rlvr_gym.tasks import Task
+
+Generate = Callable[[list[int]], tuple[list[int], list[float]]]
+"""``generate(prompt_ids) -> (new_ids, logprobs)``: one turn of the policy; ``len(logprobs) == len(new_ids)``."""
+AsyncGenerate = Callable[[list[int]], Awaitable[tuple[list[int], list[float]]]]
+
+
+@dataclasses.dataclass
+class TokenEpisode:
+    """One episode as token ids.
+
+    Attributes:
+        prompt_ids: the first prompt (the reset observation as a user turn, with the generation prompt).
+        response_ids: every generated id and every observation id after the prompt, in order.
+        response_mask: 1 for generated ids, 0 for observation ids; same length as ``response_ids``.
+        response_logprobs: the policy's log-prob of each generated id, 0.0 at observation ids.
+        reward: the episode return (sum of step rewards).
+        success: ``info["success"]`` of the last step.
+        num_turns: env steps taken.
+        actions: the decoded actions (for logging).
+    """
+
+    prompt_ids: list[int]
+    response_ids: list[int] = dataclasses.field(default_factory=list)
+    response_mask: list[int] = dataclasses.field(default_factory=list)
+    response_logprobs: list[float] = dataclasses.field(default_factory=list)
+    reward: float = 0.0
+    success: bool = False
+    num_turns: int = 0
+    actions: list[str] = dataclasses.field(default_factory=list)
+
+
+def prompt_ids(tokenizer: Any, observation: str) -> list[int]:
+    """The ids of the first prompt: ``observation`` as a user message with the generation prompt (the chat
+    template), or the plain encoding when the tokenizer has no chat template."""
+    if getattr(tokenizer, "chat_template", None):
+        return list(tokenizer.apply_chat_template([{"role": "user", "content": observation}],
+                                                  add_generation_prompt=True, tokenize=True, return_dict=False))
+    return list(tokenizer.encode(observation, add_special_tokens=True))
+
+
+def observation_ids(tokenizer: Any, observation: str) -> list[int]:
+    """The ids appended after a generated turn: what the chat template adds for one more user message and the
+    next generation prompt (the difference between rendering a conversation with and without it), or a
+    newline-wrapped plain encoding without a chat template."""
+    if not getattr(tokenizer, "chat_template", None):
+        return list(tokenizer.encode(f"\n{observation}\n", add_special_tokens=False))
+    base = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]
+    before = tokenizer.apply_chat_template(base, tokenize=False)
+    after = tokenizer.apply_chat_template([*base, {"role": "user", "content": observation}], tokenize=False,
+                                          add_generation_prompt=True)
+    if not after.startswith(before):
+        raise ValueError("the chat template does not render a conversation as a prefix of its continuation; "
+                         "pass observation_ids= to the episode runner")
+    return list(tokenizer.encode(after[len(before):].lstrip("\n"), add_special_tokens=False))
+
+
+def _start(task: Task, env_factory: Callable[[str], Env]) -> tuple[Env, str]:
+    env = env_factory(task.env_id)
+    observation, _ = env.reset(options={"task": task})
+    return env, observation
+
+
+def record_turn(episode: TokenEpisode, env: Env, tokenizer: Any, new_ids: list[int], logprobs: list[float],
+                  max_response_tokens: int, encode_observation: Callable[[Any, str], list[int]]) -> bool:
+    """Records one generated turn (ids and log-probs), steps ``env`` with its decoded text and appends the next
+    observation's ids (mask 0); returns whether the episode is over (ended, or no room for another turn).
+
+    Raises:
+        ValueError: when ``logprobs`` and ``new_ids`` differ in length.
+    """
+    if len(logprobs) != len(new_ids):
+        raise ValueError(f"generate returned {len(new_ids)} ids but {len(logprobs)} log-probs")
+    episode.response_ids += new_ids
+    episode.response_mask += [1] * len(new_ids)
+    episode.response_logprobs += [float(x) for x in logprobs]
+    action = tokenizer.decode(new_ids, skip_special_tokens=True)
+    episode.actions.append(action)
+    observation, reward, terminated, truncated, info = env.step(action)
+    episode.num_turns += 1
+    episode.reward += float(reward)
+    if terminated or truncated:
+        episode.success = bool(info.get("success", False))
+        return True
+    obs_ids = encode_observation(tokenizer, observation)
+    if len(episode.response_ids) + len(obs_ids) >= max_response_tokens:
+        return True  # no room for the observation and another turn: the episode is cut (reward so far)
+    episode.response_ids += obs_ids
+    episode.response_mask += [0] * len(obs_ids)
+    episode.response_logprobs += [0.0] * len(obs_ids)
+    return False
+
+
+def run_token_episode(task: Task, generate: Generate, tokenizer: Any, *, max_response_tokens: int = 1024,
+                      env_factory: Callable[[str], Env] = make,
+                      encode_observation: Callable[[Any, str], list[int]] = observation_ids) -> TokenEpisode:
+    """Plays ``task`` with ``generate`` until the env ends the episode or ``max_response_tokens`` run out.
+
+    Args:
+        task: the task (its ``env_id`` picks the env).
+        generate: one policy turn, ``prompt_ids -> (new_ids, logprobs)``; it sees the whole context so far.
+        tokenizer: a Hugging Face tokenizer (``encode``, ``decode``, optionally ``apply_chat_template``).
+        max_response_tokens: the most ids after the prompt (generated plus observation).
+        env_factory: builds the env from its id.
+        encode_observation: ``(tokenizer, observation) -> ids`` appended between turns.
+
+    Returns:
+        The :class:`TokenEpisode`; the env is closed.
+    """
+    env, observation = _start(task, env_factory)
+    try:
+        episode = TokenEpisode(prompt_ids(tokenizer, observation))
+        while True:
+            new_ids, logprobs = generate(episode.prompt_ids + episode.response_ids)
+            if record_turn(episode, env, tokenizer, list(new_ids), list(logprobs), max_response_tokens,
+                             encode_observation):
+                return episode
+    finally:
+        env.close()
+
+
+async def run_token_episode_async(task: Task, generate: AsyncGenerate, tokenizer: Any, *,
+                                  max_response_tokens: int = 1024, env_factory: Callable[[str], Env] = make,
+                                  encode_observation: Callable[[Any, str], list[int]] = observation_ids
+                                  ) -> TokenEpisode:
+    """:func:`run_token_episode` with an async ``generate`` (verl's server manager). Env steps run inline."""
+    env, observation = _start(task, env_factory)
+    try:
+        episode = TokenEpisode(prompt_ids(tokenizer, observation))
+        while True:
+            new_ids, logprobs = await generate(episode.prompt_ids + episode.response_ids)
+            if record_turn(episode, env, tokenizer, list(new_ids), list(logprobs), max_response_tokens,
+                             encode_observation):
+                return episode
+    finally:
+        env.close()
