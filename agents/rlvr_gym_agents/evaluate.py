@@ -20,7 +20,7 @@ import torch
 
 import rlvr_gym
 from rlvr_gym import Env, Failure, Task
-from rlvr_gym.evaluation import EpisodeRecord, summarize
+from rlvr_gym.evaluation import EpisodeRecord, clip_text, summarize
 from rlvr_gym_agents.policy import Policy, SamplingParams, TransformersPolicy
 from rlvr_gym_agents.policy.chat import ChatFormat
 from rlvr_gym_agents.rollout import Trajectory, run_episodes
@@ -31,8 +31,8 @@ if TYPE_CHECKING:
 
 
 def trajectory_record(trajectory: Trajectory, sample: int, elapsed_s: float = 0.0,
-                      task_type: str | None = None) -> EpisodeRecord:
-    """The evaluation record of a trajectory (same fields as the harness fills from env infos)."""
+                      task_type: str | None = None, metadata: dict[str, Any] | None = None) -> EpisodeRecord:
+    """The evaluation record of a trajectory: the same fields, transcript included, as the harness fills."""
     failures = [f.to_dict() for f in trajectory.failures]
     last_turn_failure = trajectory.turns[-1].failure if trajectory.turns else None
     if trajectory.failures and (last_turn_failure is None or trajectory.failures[-1] is not last_turn_failure):
@@ -43,6 +43,11 @@ def trajectory_record(trajectory: Trajectory, sample: int, elapsed_s: float = 0.
         success=trajectory.success, turns=len(trajectory.turns), terminated=trajectory.terminated,
         truncated=trajectory.truncated, failure=ended_by, failures=failures,
         actions=[t.action for t in trajectory.turns], elapsed_s=elapsed_s, task_type=task_type,
+        observations=[clip_text(t.observation) for t in trajectory.turns]
+        + ([clip_text(trajectory.last_observation)] if trajectory.turns and trajectory.last_observation else []),
+        step_rewards=[t.reward for t in trajectory.turns],
+        step_failures=[t.failure.kind.value if t.failure else None for t in trajectory.turns],
+        metadata=dict(metadata or {}),
     )
 
 
@@ -82,7 +87,8 @@ def policy_records(policy: Policy, chat: ChatFormat, jobs: Sequence[tuple[Task, 
                                     max_turns=max_turns, step_executor=step_executor)
         elapsed = (time.monotonic() - began) / max(1, len(chunk))
         for (task, sample), trajectory in zip(chunk, trajectories):
-            records.append(trajectory_record(trajectory, sample, elapsed, task.metadata.get("task_type")))
+            records.append(trajectory_record(trajectory, sample, elapsed, task.metadata.get("task_type"),
+                                             task.metadata))
     return records
 
 

@@ -30,6 +30,10 @@ def test_the_harness_runs_a_policy_agent_through_the_episode_runner(tiny_model_d
         [(r.success, r.turns, r.truncated, r.failure) for r in harness.records]
     for key in ("pass@1", "pass@2", "mean_reward", "mean_turns", "truncation_rate", "episodes_ended_by"):
         assert ours[key] == harness.metrics[key], key
+    for record, task in zip(records, [t for t in tasks for _ in range(2)], strict=True):  # the transcript
+        assert record.observations[0] == f"Say the word: {task.data['target']}"
+        assert len(record.observations) == record.turns + 1 and len(record.step_rewards) == record.turns
+        assert record.observations[-1] in ("Correct.", "Wrong.") or record.observations[-1].startswith("Invalid action")
 
 
 def test_cli_eval_ends_episodes_that_outgrow_the_model_window(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -99,6 +99,7 @@ def record_turn(trajectory: Trajectory, played: PlayedTurn, start: int) -> None:
     if outcome.done:
         trajectory.terminated, trajectory.truncated = outcome.terminated, outcome.truncated
         trajectory.success = outcome.success
+        trajectory.last_observation = outcome.observation
     trajectory.append(played.observation_ids, trained=False)
 
 

@@ -61,6 +61,7 @@ class Trajectory:
         terminated / truncated: how the episode ended (both False only if it never started).
         failures: every typed failure, in order (step failures, context overflow, env crash).
         group: index of the group (same task) this trajectory belongs to; set by the caller.
+        last_observation: the observation the env returned with the step that ended the episode ("" otherwise).
     """
 
     task_id: str
@@ -77,6 +78,7 @@ class Trajectory:
     truncated: bool = False
     failures: list[Failure] = dataclasses.field(default_factory=list)
     group: int = 0
+    last_observation: str = ""
 
     @property
     def turn_spans(self) -> list[tuple[int, int]]:
