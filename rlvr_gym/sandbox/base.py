@@ -145,6 +145,13 @@ class Sandbox(Protocol):
         ...
 
 
+def encode_text(content: str | bytes) -> bytes:
+    """UTF-8 bytes of a file's or stdin's content. Lone surrogates (``"\\ud800"``, which strict UTF-8
+    refuses) are written as their 3-byte forms, so the sandboxed program meets invalid UTF-8 and reports it
+    (Python: a SyntaxError) instead of the run raising ``UnicodeEncodeError`` on the host."""
+    return content.encode("utf-8", "surrogatepass") if isinstance(content, str) else bytes(content)
+
+
 # -- work dir ---------------------------------------------------------------------------------------------
 def check_relative_path(path: str) -> PurePosixPath:
     """Validates a work-dir path: relative, no ``..``, not empty.
@@ -165,7 +172,7 @@ def make_workdir(files: Mapping[str, str | bytes], owner: int | None, root: str 
         for rel, content in files.items():
             target = workdir / check_relative_path(rel)
             target.parent.mkdir(parents=True, exist_ok=True)
-            data = content.encode() if isinstance(content, str) else bytes(content)
+            data = encode_text(content)
             target.write_bytes(data)
         if owner is not None:
             for path in [workdir, *workdir.rglob("*")]:
@@ -192,7 +199,7 @@ def adopt_workdir(workdir: Path, files: Mapping[str, str | bytes], owner: int | 
         target = workdir / check_relative_path(rel)
         _refuse_symlinks(workdir, target)
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(content.encode() if isinstance(content, str) else bytes(content))
+        target.write_bytes(encode_text(content))
     if owner is not None:
         for top, dirs, names in os.walk(workdir, followlinks=False):
             os.chown(top, owner, owner, follow_symlinks=False)
@@ -334,7 +341,7 @@ def run_process_tree(
     exits, times out, writes more than ``output_limit_bytes`` to either stream, or ``disk_exceeded()``."""
     stdin_file = tempfile.TemporaryFile()  # noqa: SIM115  (closed right after Popen inherits it)
     if stdin is not None:
-        stdin_file.write(stdin.encode() if isinstance(stdin, str) else stdin)
+        stdin_file.write(encode_text(stdin))
         stdin_file.seek(0)
     start = time.monotonic()
     with stdin_file:
