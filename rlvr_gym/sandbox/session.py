@@ -36,10 +36,13 @@ class SandboxSession:
         user: host uid to run the launcher as, or None to stay the current user.
         env: the launcher's environment.
         signal_offset: whether the launcher reports signal deaths as ``128 + N``.
+        cwd: the launcher's working directory (default: the caller's).
+        pass_fds: file descriptors that stay open in the launcher (bwrap's ``--args`` pipe).
     """
 
     def __init__(self, cmd: Sequence[str], limits: SandboxLimits, workdir: Path, user: int | None,
-                 env: Mapping[str, str], signal_offset: bool, cwd: Path | None = None) -> None:
+                 env: Mapping[str, str], signal_offset: bool, cwd: Path | None = None,
+                 pass_fds: Sequence[int] = ()) -> None:
         self.limits = limits
         self.workdir = workdir
         self.signal_offset = signal_offset
@@ -53,7 +56,7 @@ class SandboxSession:
         self.on_close: Callable[[], None] | None = None  # the back-end's final clean-up (bwrap: the uid sweep)
         self.proc = subprocess.Popen(
             list(cmd), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, cwd=cwd,
-            env=dict(env), start_new_session=True, close_fds=True,
+            env=dict(env), start_new_session=True, close_fds=True, pass_fds=tuple(pass_fds),
             user=user, group=user, extra_groups=[] if user is not None else None,
         )
         assert self.proc.stdin is not None and self.proc.stdout is not None
