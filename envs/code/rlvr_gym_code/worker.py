@@ -204,7 +204,6 @@ def _pidfd(child):
 
 def _run_job(channel, lines, job):
     nonce, seal = job["nonce"], None
-    _reset_writable()
     os.makedirs(JOB_DIR, exist_ok=True)
     with open(os.path.join(JOB_DIR, "solution.py"), "w", encoding="utf-8", errors="surrogatepass") as handle:
         handle.write(job["program"])
@@ -243,8 +242,10 @@ def _run_job(channel, lines, job):
             log = handle.read()[-4000:].decode("utf-8", "replace")
     except OSError:
         log = ""
-    _reset_writable()
+    # Every process of the job is dead, so nothing can write any more: answer first, then clean while the
+    # judge works on its side; the next job is read only once the cleaning is done.
     channel.write(dumps({"done": seal, "log": log}))
+    _reset_writable()
 
 
 def _reset_writable():
@@ -277,6 +278,7 @@ def _remove_sysv_ipc():
 def zygote():
     _make_undumpable()
     channel = _redirect_output(os.devnull)  # no log in /workspace: the next program would read it
+    _reset_writable()  # the worker's own source: no program needs it
     lines = _Lines(0)
     while line := lines.next():
         _run_job(channel, lines, loads(line))
