@@ -38,6 +38,7 @@ from typing import Any, ClassVar
 from rlvr_gym.failures import Failure, FailureKind
 from rlvr_gym.sandbox import Sandbox, SandboxLimits, SandboxResult, get_sandbox
 from rlvr_gym.verifier import RewardResult
+from rlvr_gym_rtl.equivalence import EQUIVALENCE_MODES, EquivalenceResult, apply_equivalence, check_equivalence
 from rlvr_gym_rtl.lint import (
     TOP_MODULE,
     HarnessNames,
@@ -94,18 +95,23 @@ class Judgement:
         failure: a typed failure when the action or the run went wrong (parse error, forbidden construct,
             timeout, sandbox or verifier error), else None. A design that compiles but is wrong is not a
             failure, just a low reward.
+        equivalence: the formal check's verdict when it ran (the judge's ``equivalence`` mode is on and the
+            design passed simulation), else None.
     """
 
     result: RewardResult
     outcome: JudgeOutcome
     code: str | None
     failure: Failure | None = None
+    equivalence: EquivalenceResult | None = None
 
     @property
     def feedback(self) -> str:
         """What a multi-turn agent is told (see :func:`rlvr_gym_rtl.verdict.feedback`)."""
         if self.failure is not None and self.failure.kind == FailureKind.VERIFIER_ERROR:
             return f"The judge could not score this problem: {self.failure.message}"
+        if self.equivalence is not None and not self.result.success:
+            return f"The design {self.result.reason}"
         return feedback(self.outcome, self.result)
 
 
@@ -129,6 +135,11 @@ class RtlJudge:
         min_sim_timeout_s: ... but at least this many seconds (and at most ``timeout_s``); past it the
             simulator is killed and the verdict is a ``timeout``. A hung design thus holds the sandbox for
             seconds, not ``timeout_s``.
+        equivalence: the formal check of a design that passed simulation against the reference
+            (:mod:`rlvr_gym_rtl.equivalence`): ``"off"``; ``"refute"`` (a counterexample fails it); ``"strict"``
+            (only a proof lets it pass).
+        equivalence_steps: cycles of bounded model checking and k-induction the check tries.
+        equivalence_timeout_s: wall-clock limit of the check, in seconds (past it: ``unknown``).
         memory_limit_mb: address-space limit per process in the sandbox, in MiB.
         sandbox: a sandbox back-end name for :func:`rlvr_gym.sandbox.get_sandbox`, or a sandbox object.
         standalone_elaboration: ``"auto"`` (Icarus elaborates the candidate alone when it has a dotted name)
@@ -154,7 +165,14 @@ class RtlJudge:
         warm_sandbox: bool = True,
         sim_time_factor: float = 10.0,
         min_sim_timeout_s: float = 2.0,
+        equivalence: str = "off",
+        equivalence_steps: int = 20,
+        equivalence_timeout_s: float = 10.0,
     ) -> None:
+        if equivalence not in EQUIVALENCE_MODES:
+            raise ValueError(f"equivalence must be one of {EQUIVALENCE_MODES}, got {equivalence!r}")
+        self.equivalence, self.equivalence_steps = equivalence, equivalence_steps
+        self.equivalence_timeout_s = equivalence_timeout_s
         if timeout_s <= 0 or sim_time_factor <= 0 or min_sim_timeout_s <= 0:
             raise ValueError(f"timeout_s, sim_time_factor and min_sim_timeout_s must be > 0, got {timeout_s}, "
                              f"{sim_time_factor}, {min_sim_timeout_s}")
@@ -211,7 +229,12 @@ class RtlJudge:
                               f"({self.sim_time_factor:g}x the reference's run, at least "
                               f"{self.min_sim_timeout_s:g} s): does the design hang (a combinational loop)?",
                               {"sim_limit_s": sim_limit_s, "reference_s": facts.reference_s})
-        return Judgement(verdict(outcome, self.config), outcome, code, failure)
+        result, check = verdict(outcome, self.config), None
+        if self.equivalence != "off" and result.success:
+            check = check_equivalence(self.sandbox, problem.reference, code, max_steps=self.equivalence_steps,
+                                      timeout_s=self.equivalence_timeout_s, memory_limit_mb=self.limits.memory_limit_mb)
+            result = apply_equivalence(result, check, self.equivalence)
+        return Judgement(result, outcome, code, failure, check)
 
     def sim_limit_s(self, facts: _ProblemFacts) -> float:
         """The candidate's simulation time limit on a problem, in seconds (see the class's arguments)."""
