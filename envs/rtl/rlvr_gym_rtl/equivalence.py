@@ -41,7 +41,7 @@ read_verilog -sv cand.sv
 hierarchy -check
 proc
 flatten
-memory -nomap
+memory
 opt_clean
 async2sync
 miter -equiv -flatten -make_outputs -ignore_gold_x {REF_MODULE} {TOP_MODULE} miter
@@ -100,10 +100,21 @@ def check_equivalence(
     """
     limits = SandboxLimits(timeout_s=timeout_s, cpu_time_s=max(1, int(timeout_s) + 1), memory_limit_mb=memory_limit_mb,
                            file_size_limit_mb=64, output_limit_bytes=64 * 1024)
-    files = {"ref.sv": reference, "cand.sv": candidate, "eq.ys": _SCRIPT.format(max_steps=int(max_steps))}
+    files = {"ref.sv": _for_yosys(reference), "cand.sv": _for_yosys(candidate),
+             "eq.ys": _SCRIPT.format(max_steps=int(max_steps))}
     run = sandbox.run(["sh", "-c", f"yosys -s eq.ys >{_LOG} 2>&1"], files=files, limits=limits, collect=[_LOG])
     log = run.files.get(_LOG, b"").decode("utf-8", "replace")
     return parse_log(log, run.timed_out or run.killed_by == "cpu_time", run.exit_code, max_steps, run.duration_s)
+
+
+_ALWAYS_COMB = re.compile(r"\balways_comb\b")
+
+
+def _for_yosys(source: str) -> str:
+    """``always_comb`` as ``always @*``: yosys 0.23 refuses an ``always_comb`` in which it infers a latch
+    (it cannot see that an enum's ``case`` is complete), where Icarus and the testbench are content; the
+    latch, if any, is then modelled (as a multiplexer after ``async2sync``) like any other."""
+    return _ALWAYS_COMB.sub("always @*", source)
 
 
 def parse_log(log: str, timed_out: bool, exit_code: int | None, max_steps: int, duration_s: float = 0.0) -> EquivalenceResult:
