@@ -180,6 +180,9 @@ class Env(gymnasium.Env[str, str]):
     def step(self, action: str) -> StepResult:  # type: ignore[override]
         """Takes one turn. See the module docstring for the meaning of each returned value.
 
+        An action that is not valid Unicode (a lone surrogate, which no encoder, file or parser takes) never
+        reaches the env: the turn is spent and answered with a ``parse_error`` observation.
+
         Raises:
             RuntimeError: when called before :meth:`reset` or after the episode ended (a caller bug, not an
                 agent mistake).
