@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import select
 import selectors
 import subprocess
 import tempfile
@@ -20,6 +21,27 @@ from rlvr_gym.sandbox.base import (
     collect_files,
     remove_tree,
 )
+
+
+def wait_for_exit(proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
+    """Waits up to ``timeout_s`` seconds for ``proc`` to exit; True when it did (it is then reaped).
+
+    Polls a pidfd, which wakes the moment the process exits: ``Popen.wait(timeout=...)`` sleeps in growing
+    steps instead (measured: 4.7 ms of each sandbox's 7.8 ms shutdown). Falls back to it without pidfds.
+    """
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):  # no pidfd support, or the process is already reaped
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+    try:
+        select.select([pidfd], [], [], timeout_s)
+    finally:
+        os.close(pidfd)
+    return proc.poll() is not None
 
 
 class SandboxSession:
@@ -130,7 +152,7 @@ class SandboxSession:
         if self.proc.poll() is None and not timed_out:
             try:  # a well-behaved process exits when its stdin closes
                 self.proc.stdin.close()  # type: ignore[union-attr]
-                self.proc.wait(timeout=min(0.5, max(0.0, self.deadline - time.monotonic())))
+                wait_for_exit(self.proc, min(0.5, max(0.0, self.deadline - time.monotonic())))
             except (OSError, subprocess.TimeoutExpired):
                 pass
         still_running = self.proc.poll() is None
