@@ -4,6 +4,8 @@
 - :class:`GoldAgent`, :class:`RandomAgent`, :class:`ScriptedAgent`: test agents.
 - ``testing/Echo-v0`` (:class:`EchoEnv`): a toy env with a known optimum; :func:`echo_tasks` makes tasks.
 - :func:`temporary_env`: register an env for the duration of a test.
+- :mod:`rlvr_gym.testing.fuzz`: a fuzzer of ``step`` (malformed, huge and invalid-Unicode actions) for any
+  registered env, with a ``hypothesis`` strategy; ``tests/test_fuzz_envs.py`` runs it over every env.
 """
 
 from rlvr_gym.registry import register

@@ -53,7 +53,7 @@ FIXED_ACTIONS: tuple[str, ...] = (
     "rm -rf / 2>/dev/null; echo done", "cat /proc/1/cmdline", "printf '\\x00\\xff\\xfe'",
     "1e999999", "-0", "NaN", "None", "True", "__import__('os')",
 )
-"""Family-agnostic malformed actions (53 texts; four of them a megabyte long)."""
+"""Family-agnostic malformed actions (68 texts; five of them a megabyte of UTF-8 each)."""
 
 
 def gold_mutations(gold: str) -> list[str]:
