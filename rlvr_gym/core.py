@@ -180,6 +180,9 @@ class Env(gymnasium.Env[str, str]):
     def step(self, action: str) -> StepResult:  # type: ignore[override]
         """Takes one turn. See the module docstring for the meaning of each returned value.
 
+        An action that is not valid Unicode (a lone surrogate, which no encoder, file or parser takes) never
+        reaches the env: the turn is spent and answered with a ``parse_error`` observation.
+
         Raises:
             RuntimeError: when called before :meth:`reset` or after the episode ended (a caller bug, not an
                 agent mistake).
@@ -192,7 +195,7 @@ class Env(gymnasium.Env[str, str]):
             action = str(action)
         self.turn += 1
         self.action_history.append(action)
-        result = self._step(action)
+        result = _invalid_text_step(action) or self._step(action)
         info = dict(result.info)
         info["turn"] = self.turn
         info.setdefault("task_id", getattr(self.task, "id", None))
@@ -245,6 +248,49 @@ class Env(gymnasium.Env[str, str]):
 
     def close(self) -> None:
         """Releases every process, browser and temporary file the env started. Safe to call twice."""
+
+
+def invalid_text_failure(text: str) -> Failure | None:
+    """A ``PARSE_ERROR`` when ``text`` is not valid Unicode (a lone surrogate such as ``"\\ud800"``, which no
+    encoding, file, process argument or parser accepts), else None."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        bad = text[error.start:error.start + 1]
+        return Failure(
+            FailureKind.PARSE_ERROR,
+            f"the action is not valid Unicode: a lone surrogate {bad!r} at character {error.start}; "
+            "send text that encodes as UTF-8",
+            {"position": error.start},
+        )
+    return None
+
+
+def first_invalid_text(value: Any) -> str | None:
+    """Describes the first string in ``value`` (nested lists, tuples, dict keys and values) that is not valid
+    Unicode, or returns None. For parsed actions, whose escapes (JSON ``"\\ud800"``, Python ``"\\ud800"``)
+    can make a lone surrogate out of ASCII text."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            failure = invalid_text_failure(item)
+            if failure is not None:
+                return f"a lone surrogate in {item[:40]!r}"
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return None
+
+
+def _invalid_text_step(action: str) -> StepResult | None:
+    """The step for an action that is not valid Unicode (it never reaches the env), or None."""
+    failure = invalid_text_failure(action)
+    if failure is None:
+        return None
+    return StepResult(f"Invalid action: {failure.message}.", 0.0, False, False, {"failure": failure})
 
 
 def _coerce_task(task: Any) -> Any:

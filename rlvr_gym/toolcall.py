@@ -29,6 +29,7 @@ Step-info keys written by :class:`ToolEnv` (read by the evaluation harness):
 from __future__ import annotations
 
 import ast
+import bisect
 import copy
 import dataclasses
 import json
@@ -40,7 +41,7 @@ from typing import Any, Literal
 import jsonschema
 import numpy as np
 
-from rlvr_gym.core import Env, StepResult
+from rlvr_gym.core import Env, StepResult, first_invalid_text
 from rlvr_gym.failures import Failure, FailureKind
 from rlvr_gym.verifier import RewardResult
 
@@ -51,12 +52,13 @@ TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
 # tokens, and some models emit them.
 _TOOL_CALL_OPEN_RE = re.compile(r"<\s*tool_call\s*>")
 _TOOL_CALL_RE = re.compile(r"<\s*tool_call\s*>(.*?)(?:<\s*/\s*tool_call\s*>|\Z)", re.DOTALL)
-_ANSWER_RE = re.compile(r"<\s*answer\s*>(.*?)<\s*/\s*answer\s*>", re.DOTALL)
+_ANSWER_TAG_RE = re.compile(r"<\s*(/)?\s*answer\s*>")
 _ANSWER_OPEN_RE = re.compile(r"<\s*answer\s*>")
 _MCP_RE = re.compile(
     r"<\s*tool_name\s*>(.*?)<\s*/\s*tool_name\s*>\s*(?:<\s*arguments\s*>(.*?)<\s*/\s*arguments\s*>)?", re.DOTALL
 )
-_CALL_LIKE_RE = re.compile(r"\s*(?:```[a-zA-Z]*\s*)?\[?\s*[A-Za-z_][\w.]*\s*\(")
+# No two `\s*` may meet around an optional token: on a megabyte of whitespace that backtracks quadratically.
+_CALL_LIKE_RE = re.compile(r"\s*(?:```[a-zA-Z]*\s*)?(?:\[\s*)?[A-Za-z_][\w.]*\s*\(")
 _FENCE_RE = re.compile(r"^```[a-zA-Z]*\n?(.*?)\n?```$", re.DOTALL)
 _FORMAT_HELP = (
     'call a tool with <tool_call>{"name": "tool", "arguments": {...}}</tool_call> or tool(arg=value), '
@@ -136,11 +138,16 @@ def parse_action(
 
     Returns:
         A :class:`ParsedAction`. An action with both tool calls and an answer is a parse error, as is an action
-        with more than one ``<answer>``. Plain text (no call syntax, no answer tags) is a parse error whose
+        with more than one ``<answer>``, or one whose names, arguments or answer hold invalid Unicode (a lone
+        surrogate, e.g. from the JSON escape ``"\\ud800"``). Plain text (no call syntax, no answer tags) is a parse error whose
         ``details`` has ``plain_text: True``.
     """
     try:
-        return _parse(str(text), tuple(formats), dict(tag_tools or {}) if "tags" in formats else {})
+        parsed = _parse(str(text), tuple(formats), dict(tag_tools or {}) if "tags" in formats else {})
+        bad = first_invalid_text([parsed.answer, [(c.name, c.arguments) for c in parsed.calls]])
+        if bad is not None:  # an escape such as "\\ud800" in JSON or a Python literal decodes to a lone surrogate
+            return _error(f"the action decodes to invalid Unicode ({bad}); escape only whole characters")
+        return parsed
     except _NoCallFound as error:
         return _error(str(error), {"plain_text": True})
     except _ParseError as error:
@@ -150,7 +157,7 @@ def parse_action(
 
 
 def _parse(text: str, formats: tuple[str, ...], tag_tools: dict[str, str]) -> ParsedAction:
-    answers = _ANSWER_RE.findall(text)
+    answers = _paired_bodies(text, _ANSWER_TAG_RE)
     has_tags = _TOOL_CALL_OPEN_RE.search(text) is not None
     if has_tags and "hermes" not in formats:
         raise _ParseError("<tool_call> tags are not accepted here; write calls as tool(arg=value)")
@@ -178,8 +185,35 @@ def _parse(text: str, formats: tuple[str, ...], tag_tools: dict[str, str]) -> Pa
 
 def _tag_calls(text: str, tag_tools: dict[str, str]) -> list[ToolCall]:
     names = "|".join(re.escape(name) for name in sorted(tag_tools, key=len, reverse=True))
-    matches = re.findall(rf"<\s*({names})\s*>(.*?)<\s*/\s*\1\s*>", text, re.DOTALL)
-    return [ToolCall(name, {tag_tools[name]: body.strip("\n")}) for name, body in matches]
+    tags = re.compile(rf"<\s*(/)?\s*({names})\s*>")
+    return [ToolCall(name, {tag_tools[name]: body.strip("\n")}) for name, body in _paired_bodies(text, tags, True)]
+
+
+def _paired_bodies(text: str, tags: re.Pattern[str], named: bool = False) -> list[Any]:
+    """What ``re.findall(r"<t>(.*?)</t>", text, re.DOTALL)`` gives (each opening tag at or after the end of
+    the last match, paired with the next closing tag of the same name), in O(n log n): that ``findall``
+    rescans to the end of the text from every unclosed ``<t>``, quadratic in a megabyte of them. ``tags``
+    matches an opening or closing tag, group 1 the slash (and group 2 the name when ``named``: the result is
+    then ``(name, body)`` pairs)."""
+    opens: list[tuple[int, int, str | None]] = []
+    closes: dict[str | None, list[tuple[int, int]]] = {}
+    for tag in tags.finditer(text):
+        name = tag.group(2) if named else None
+        if tag.group(1) is None:
+            opens.append((tag.start(), tag.end(), name))
+        else:
+            closes.setdefault(name, []).append((tag.start(), tag.end()))
+    found: list[Any] = []
+    cursor = 0
+    for open_start, open_end, name in opens:
+        candidates = closes.get(name, [])
+        index = bisect.bisect_left(candidates, (open_end, -1))
+        if open_start < cursor or index == len(candidates):
+            continue
+        close_start, cursor = candidates[index]
+        body = text[open_end:close_start]
+        found.append((name, body) if named else body)
+    return found
 
 
 def _hermes(body: str) -> list[ToolCall]:
@@ -500,10 +534,11 @@ class ToolEnv(Env):
         except ToolError as error:
             return f"Error: {error}", Failure(error.kind, str(error), {"tool": call.name})
 
-    def _finish(self, result: RewardResult, tool_calls: int, invalid: int = 0) -> StepResult:
-        """Ends the episode with ``result``."""
+    def _finish(self, result: RewardResult, tool_calls: int, invalid: int = 0,
+                failure: Failure | None = None) -> StepResult:
+        """Ends the episode with ``result``; ``failure`` (e.g. the first invalid call's) goes in ``info``."""
         obs = "Correct." if result.success else f"Incorrect. {result.reason}".strip()
-        return StepResult(obs, result.value, True, False, {**_info(tool_calls, invalid, None), **_final(result)})
+        return StepResult(obs, result.value, True, False, {**_info(tool_calls, invalid, failure), **_final(result)})
 
 
 def _tag_arguments(tools: Iterable[Tool]) -> dict[str, str]:

@@ -12,16 +12,6 @@ import rlvr_gym
 from rlvr_gym.evaluation import evaluate
 from rlvr_gym.testing import GoldAgent, check_env
 
-SURROGATES_PENDING = frozenset({"web"})
-"""Families whose envs still raise on actions with lone surrogates (``UnicodeEncodeError`` where the action
-crosses into the browser); the checker sends those actions to every other family. Remove a family from this
-set once its envs answer them (``test_pending_families_answer_lone_surrogates`` then passes)."""
-
-
-def _surrogates(env_id: str) -> bool:
-    return env_id.split("/", 1)[0] not in SURROGATES_PENDING
-
-
 def _env_params() -> list[pytest.ParameterSet]:
     params = []
     for env_spec in rlvr_gym.list_envs():
@@ -35,21 +25,14 @@ ENV_PARAMS = _env_params()
 
 @pytest.mark.parametrize("env_id", ENV_PARAMS)
 def test_env_passes_check_env(env_id: str) -> None:
-    report = check_env(env_id, num_tasks=1, surrogates=_surrogates(env_id))
+    report = check_env(env_id, num_tasks=1)
     assert report.passed, str(report)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("env_id", ENV_PARAMS)
 def test_env_passes_check_env_on_three_tasks(env_id: str) -> None:
-    report = check_env(env_id, num_tasks=3, surrogates=_surrogates(env_id))
-    assert report.passed, str(report)
-
-
-@pytest.mark.xfail(reason="SURROGATES_PENDING: these envs raise on lone surrogates (fix in progress)", strict=False)
-@pytest.mark.parametrize("env_id", [p for p in ENV_PARAMS if not _surrogates(str(p.values[0]))])
-def test_pending_families_answer_lone_surrogates(env_id: str) -> None:
-    report = check_env(env_id, num_tasks=1, checks=["malformed_actions"], surrogates=True)
+    report = check_env(env_id, num_tasks=3)
     assert report.passed, str(report)
 
 

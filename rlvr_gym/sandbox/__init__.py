@@ -16,7 +16,9 @@ the code envs use it to keep hidden tests outside the sandbox.
 Every run gets a fresh private work dir (its current directory) holding ``files``; the dir is deleted after
 the run. Limits are parameters with units (:class:`SandboxLimits`); a run that hits one reports it in
 ``SandboxResult.killed_by`` / ``timed_out`` and as a typed :class:`rlvr_gym.Failure` from
-``SandboxResult.failure()``. Inside bwrap and Docker the Python interpreter is the system's ``python3``
+``SandboxResult.failure()``: ``timeout`` (wall clock, CPU time), ``memory_limit``, ``disk_limit`` (file
+size, the work dir's disk cap, a full ``/tmp``, the read-only root), ``output_limit``, ``process_limit``;
+``sandbox_error`` for a sandbox that failed or a process killed by another signal. Inside bwrap and Docker the Python interpreter is the system's ``python3``
 (``/usr/bin/python3``), not the caller's virtual environment.
 
 What each back-end isolates
@@ -31,7 +33,10 @@ What each back-end isolates
     * file system: only ``/usr`` (read-only, with the ``/bin``, ``/lib`` symlinks), a few harmless ``/etc``
       files (ld.so cache, alternatives, localtime), a fresh ``/proc`` and minimal ``/dev``, size-limited
       private ``/tmp`` and ``/dev/shm``, and the work dir (``/workspace``, the only writable host path). No
-      home directories, no ``/etc/passwd``, no ``/root``, no other work dirs.
+      home directories, no ``/etc/passwd``, no ``/root``, no other work dirs. The root (bubblewrap's own
+      tmpfs, which no limit would cover) and ``/dev`` are remounted read-only: ``/workspace``, ``/tmp`` and
+      ``/dev/shm`` are the only writable places, all capped. bwrap's options reach it through a pipe
+      (``--args``), so ``/proc/1/cmdline`` inside shows no host path.
     * network: a new, empty network namespace (no interfaces but a down loopback) unless ``network=True``.
     * environment: cleared; only PATH, HOME, LANG, TMPDIR, PYTHONDONTWRITEBYTECODE and the caller's ``env``.
     * resources: RLIMIT_AS (memory per process), RLIMIT_CPU, RLIMIT_FSIZE, RLIMIT_NPROC, RLIMIT_NOFILE, core
@@ -43,7 +48,8 @@ What each back-end isolates
       total memory is bounded only by processes x RLIMIT_AS, not by a cgroup; the disk cap is polled, so a
       fast writer can overshoot it by what it writes in 0.25 s; CPU time is per process, so many processes can
       share the CPU until the wall-clock limit; timing and ``/proc`` kernel-wide information (uptime, load,
-      CPU model) are visible.
+      CPU model) are visible; ``/proc/self/mountinfo`` shows the host path of the work dir (a random
+      temporary dir name).
 ``docker`` (``docker`` SDK, image from ``docker/sandbox/Dockerfile``):
     * a fresh container per run: no network (``network_mode=none``), read-only root, tmpfs ``/workspace``
       and ``/tmp``, uid 65534, all capabilities dropped, ``no-new-privileges``, cgroup memory and pids limits

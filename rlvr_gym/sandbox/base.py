@@ -22,6 +22,18 @@ MAX_COLLECT_BYTES = 64 * 1024 * 1024
 
 _MEMORY_PATTERNS = ("MemoryError", "Cannot allocate memory", "std::bad_alloc", "out of memory")
 _FILE_SIZE_PATTERNS = ("File too large",)
+_DISK_PATTERNS = ("No space left on device", "Read-only file system", "Disk quota exceeded")
+_PROCESS_PATTERNS = ("Resource temporarily unavailable", "fork: retry", "Cannot fork", "can't start new thread")
+LIMIT_FAILURES = {
+    "memory": FailureKind.MEMORY_LIMIT,
+    "file_size": FailureKind.DISK_LIMIT,
+    "disk": FailureKind.DISK_LIMIT,
+    "output": FailureKind.OUTPUT_LIMIT,
+    "processes": FailureKind.PROCESS_LIMIT,
+    "cpu_time": FailureKind.TIMEOUT,
+}
+"""``SandboxResult.killed_by`` -> the failure kind it gives (other values, such as ``"signal:N"``, are
+``SANDBOX_ERROR``)."""
 
 
 class SandboxUnavailableError(RuntimeError):
@@ -79,7 +91,8 @@ class SandboxResult:
         stderr: standard error, same rules.
         timed_out: the wall-clock limit ran out.
         killed_by: which limit ended the run: ``"memory"``, ``"cpu_time"``, ``"file_size"``, ``"output"``,
-            ``"disk"``, ``"signal:N"``, or None.
+            ``"disk"`` (also a full ``/tmp`` or a write to the read-only root), ``"processes"``, ``"signal:N"``,
+            or None.
         sandbox_error: why the sandbox itself failed (could not start, bad file path), or None.
         duration_s: wall-clock seconds from start to the end of the process tree.
         files: the collected files, by path relative to the work dir.
@@ -102,19 +115,20 @@ class SandboxResult:
     def failure(self) -> Failure | None:
         """The typed failure of this run, or None.
 
-        A run that hit the wall-clock or CPU-time limit is a ``TIMEOUT``; one that hit another limit or whose
-        sandbox failed is a ``SANDBOX_ERROR``. A program that simply exited non-zero is not a failure of the
-        run (its verdict is the verifier's business), so that gives None.
+        A run that hit the wall-clock or CPU-time limit is a ``TIMEOUT``; the memory, disk (file size, work
+        dir, ``/tmp``, read-only root), output and process-count limits each have their own kind (see
+        :data:`LIMIT_FAILURES`); a run whose sandbox failed or that died of another signal is a
+        ``SANDBOX_ERROR``. A program that simply exited non-zero is not a failure of the run (its verdict is
+        the verifier's business), so that gives None.
         """
         details = {"exit_code": self.exit_code, "killed_by": self.killed_by, "stderr_tail": self.stderr[-500:]}
         if self.sandbox_error is not None:
             return Failure(FailureKind.SANDBOX_ERROR, f"sandbox error: {self.sandbox_error}", details)
         if self.timed_out:
             return Failure(FailureKind.TIMEOUT, f"wall-clock limit hit after {self.duration_s:.1f} s", details)
-        if self.killed_by == "cpu_time":
-            return Failure(FailureKind.TIMEOUT, "CPU-time limit hit", details)
         if self.killed_by is not None:
-            return Failure(FailureKind.SANDBOX_ERROR, f"killed by the {self.killed_by} limit", details)
+            kind = LIMIT_FAILURES.get(self.killed_by, FailureKind.SANDBOX_ERROR)
+            return Failure(kind, f"stopped by the {self.killed_by.replace('_', '-')} limit", details)
         return None
 
 
@@ -145,6 +159,13 @@ class Sandbox(Protocol):
         ...
 
 
+def encode_text(content: str | bytes) -> bytes:
+    """UTF-8 bytes of a file's or stdin's content. Lone surrogates (``"\\ud800"``, which strict UTF-8
+    refuses) are written as their 3-byte forms, so the sandboxed program meets invalid UTF-8 and reports it
+    (Python: a SyntaxError) instead of the run raising ``UnicodeEncodeError`` on the host."""
+    return content.encode("utf-8", "surrogatepass") if isinstance(content, str) else bytes(content)
+
+
 # -- work dir ---------------------------------------------------------------------------------------------
 def check_relative_path(path: str) -> PurePosixPath:
     """Validates a work-dir path: relative, no ``..``, not empty.
@@ -165,7 +186,7 @@ def make_workdir(files: Mapping[str, str | bytes], owner: int | None, root: str 
         for rel, content in files.items():
             target = workdir / check_relative_path(rel)
             target.parent.mkdir(parents=True, exist_ok=True)
-            data = content.encode() if isinstance(content, str) else bytes(content)
+            data = encode_text(content)
             target.write_bytes(data)
         if owner is not None:
             for path in [workdir, *workdir.rglob("*")]:
@@ -192,7 +213,7 @@ def adopt_workdir(workdir: Path, files: Mapping[str, str | bytes], owner: int | 
         target = workdir / check_relative_path(rel)
         _refuse_symlinks(workdir, target)
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(content.encode() if isinstance(content, str) else bytes(content))
+        target.write_bytes(encode_text(content))
     if owner is not None:
         for top, dirs, names in os.walk(workdir, followlinks=False):
             os.chown(top, owner, owner, follow_symlinks=False)
@@ -329,19 +350,21 @@ def run_process_tree(
     cwd: Path | None = None,
     user: int | None = None,
     disk_exceeded: Callable[[], bool] | None = None,
+    pass_fds: Sequence[int] = (),
 ) -> ProcessOutcome:
     """Runs ``cmd`` in a new session, capturing capped stdout/stderr, and kills its process group when it
-    exits, times out, writes more than ``output_limit_bytes`` to either stream, or ``disk_exceeded()``."""
+    exits, times out, writes more than ``output_limit_bytes`` to either stream, or ``disk_exceeded()``.
+    ``pass_fds`` stay open in the child (e.g. bwrap's ``--args`` pipe)."""
     stdin_file = tempfile.TemporaryFile()  # noqa: SIM115  (closed right after Popen inherits it)
     if stdin is not None:
-        stdin_file.write(stdin.encode() if isinstance(stdin, str) else stdin)
+        stdin_file.write(encode_text(stdin))
         stdin_file.seek(0)
     start = time.monotonic()
     with stdin_file:
         try:
             proc = subprocess.Popen(
                 list(cmd), stdin=stdin_file, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd,
-                env=dict(env), start_new_session=True, close_fds=True,
+                env=dict(env), start_new_session=True, close_fds=True, pass_fds=tuple(pass_fds),
                 user=user, group=user, extra_groups=[] if user is not None else None,
             )
         except (OSError, ValueError) as error:  # E2BIG (argument over 128 KiB), an embedded NUL byte
@@ -406,7 +429,7 @@ def classify_exit(returncode: int | None, stderr: str, signal_offset: bool) -> t
 
     Args:
         returncode: the raw status (negative for a signal death, as ``subprocess`` reports it).
-        stderr: the decoded standard error, scanned for out-of-memory messages.
+        stderr: the decoded standard error, scanned for out-of-memory, disk-full and fork-failure messages.
         signal_offset: True when the launcher reports a signal death as ``128 + N`` (bwrap does).
     """
     if returncode is None:
@@ -422,6 +445,10 @@ def classify_exit(returncode: int | None, stderr: str, signal_offset: bool) -> t
         return returncode, "memory"
     if returncode != 0 and any(p in stderr[-4000:] for p in _FILE_SIZE_PATTERNS):
         return returncode, "file_size"
+    if returncode != 0 and any(p in stderr[-4000:] for p in _DISK_PATTERNS):
+        return returncode, "disk"
+    if returncode != 0 and any(p in stderr[-4000:] for p in _PROCESS_PATTERNS):
+        return returncode, "processes"
     return returncode, None
 
 

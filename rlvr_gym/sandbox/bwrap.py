@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import secrets
 import shutil
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from rlvr_gym.sandbox.base import (
@@ -106,12 +107,12 @@ class BwrapSandbox:
         outcome = None
         try:
             as_user, user = _launch_as(host_uid)
-            cmd = as_user + self._command(argv, workdir, limits, env or {}, host_uid)
-            outcome = run_process_tree(
-                cmd, stdin=stdin, timeout_s=limits.timeout_s, output_limit_bytes=limits.output_limit_bytes,
-                env=_LAUNCHER_ENV, user=user,
-                disk_exceeded=DiskWatch(workdir, limits.disk_limit_mb).exceeded,
-            )
+            with self._command(argv, workdir, limits, env or {}, host_uid) as (cmd, args_fd):
+                outcome = run_process_tree(
+                    as_user + cmd, stdin=stdin, timeout_s=limits.timeout_s,
+                    output_limit_bytes=limits.output_limit_bytes, env=_LAUNCHER_ENV, user=user,
+                    disk_exceeded=DiskWatch(workdir, limits.disk_limit_mb).exceeded, pass_fds=(args_fd,),
+                )
             stdout = outcome.stdout.decode("utf-8", "replace")
             stderr = outcome.stderr.decode("utf-8", "replace")
             sandbox_error = outcome.launch_error or _launcher_error(outcome.returncode, stderr)
@@ -150,22 +151,28 @@ class BwrapSandbox:
         workdir = make_workdir(files, host_uid, self.workdir_root)
         try:
             as_user, user = _launch_as(host_uid)
-            cmd = as_user + self._command(argv, workdir, limits, env or {}, host_uid)
-            session = SandboxSession(cmd, limits, workdir, user, _LAUNCHER_ENV, signal_offset=True)
+            with self._command(argv, workdir, limits, env or {}, host_uid) as (cmd, args_fd):
+                session = SandboxSession(as_user + cmd, limits, workdir, user, _LAUNCHER_ENV, signal_offset=True,
+                                         pass_fds=(args_fd,))
             session.on_close = functools.partial(_sweep, host_uid)
             return session
         except BaseException:
             remove_tree(workdir)
             raise
 
+    @contextlib.contextmanager
     def _command(
         self, argv: Sequence[str], workdir: Path, limits: SandboxLimits, env: Mapping[str, str], host_uid: int
-    ) -> list[str]:
+    ) -> Iterator[tuple[list[str], int]]:
+        """The launcher command and the read end of a pipe holding bwrap's own options (``--args FD``), so
+        that no host path or setting shows in ``/proc/1/cmdline`` inside the sandbox (pid 1 there is bwrap)."""
         rlimits = _prlimit_args(limits, host_uid)
         namespaces = ["--unshare-all", "--unshare-user", "--disable-userns"]
         if limits.network:
             namespaces.append("--share-net")
         tmp_bytes = str(limits.tmp_size_mb * 1024 * 1024)
+        # The root (bwrap's own tmpfs, which no limit covers) and /dev are remounted read-only once every
+        # mount point exists: the program can write only to /workspace, /tmp and /dev/shm, all capped.
         mounts = [
             "--ro-bind", "/usr", "/usr",
             "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
@@ -179,13 +186,21 @@ class BwrapSandbox:
             mounts += ["--ro-bind-try", f"/etc/{entry}", f"/etc/{entry}"]
         for host_path, sandbox_path in self.extra_ro_binds.items():
             mounts += ["--ro-bind", host_path, sandbox_path]
+        mounts += ["--remount-ro", "/dev", "--remount-ro", "/"]
         environment = ["--clearenv"]
         for key, value in {**_BASE_ENV, **env}.items():
             environment += ["--setenv", key, value]
         identity = ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--hostname", "sandbox"]
         session = ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--chdir", WORKDIR_MOUNT]
-        return [self.prlimit_path, *rlimits, "--", self.bwrap_path, *namespaces, *identity, *session,
-                *mounts, *environment, "--", *argv]
+        options = [*namespaces, *identity, *session, *mounts, *environment]
+        blob = b"".join(os.fsencode(option) + b"\0" for option in options)
+        read_fd, write_fd = os.pipe()
+        try:
+            with os.fdopen(write_fd, "wb") as pipe:  # a few KiB: fits the pipe's buffer, never blocks
+                pipe.write(blob)
+            yield [self.prlimit_path, *rlimits, "--", self.bwrap_path, "--args", str(read_fd), "--", *argv], read_fd
+        finally:
+            os.close(read_fd)
 
 
 def _prlimit_args(limits: SandboxLimits, host_uid: int) -> list[str]:

@@ -18,6 +18,7 @@ from rlvr_gym.sandbox.base import (
     SandboxUnavailableError,
     check_relative_path,
     classify_exit,
+    encode_text,
 )
 
 DEFAULT_IMAGE = "rlvr-gym/sandbox:latest"
@@ -151,7 +152,7 @@ def _tar(files: Mapping[str, str | bytes]) -> bytes:
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as archive:
         for rel, content in files.items():
-            data = content.encode() if isinstance(content, str) else bytes(content)
+            data = encode_text(content)
             info = tarfile.TarInfo(str(check_relative_path(rel)))
             info.size, info.uid, info.gid, info.mode = len(data), 65534, 65534, 0o644
             archive.addfile(info, io.BytesIO(data))

@@ -7,6 +7,8 @@
 - ``testing/Echo-v0`` (:class:`EchoEnv`): a toy env with a known optimum; :func:`echo_tasks` makes tasks;
   :class:`SlowEchoEnv` (not registered) the same with slow steps, for concurrency tests and benchmarks.
 - :func:`temporary_env`: register an env for the duration of a test.
+- :mod:`rlvr_gym.testing.fuzzer`: a fuzzer of ``step`` (malformed, huge and invalid-Unicode actions) for any
+  registered env, with a ``hypothesis`` strategy; ``tests/test_fuzz_envs.py`` runs it over every env.
 """
 
 from rlvr_gym.registry import register

@@ -67,17 +67,56 @@ def test_cpu_time_limit(box) -> None:  # type: ignore[no-untyped-def]
 def test_memory_limit(box) -> None:  # type: ignore[no-untyped-def]
     result = box.run(["python3", "-c", "x = bytearray(1024 * 1024 * 1024)"], limits=FAST)
     assert result.killed_by == "memory" and result.exit_code == 1
-    assert result.failure().kind is FailureKind.SANDBOX_ERROR  # type: ignore[union-attr]
+    assert result.failure().kind is FailureKind.MEMORY_LIMIT  # type: ignore[union-attr]
 
 
 def test_output_limit_kills_and_truncates(box) -> None:  # type: ignore[no-untyped-def]
     result = box.run(["python3", "-c", "while True: print('y' * 1000)"], limits=SandboxLimits(output_limit_bytes=4096))
     assert result.killed_by == "output" and len(result.stdout) == 4096 and result.exit_code is None
+    assert result.failure().kind is FailureKind.OUTPUT_LIMIT  # type: ignore[union-attr]
 
 
 def test_file_size_limit(box) -> None:  # type: ignore[no-untyped-def]
     result = box.run(["sh", "-c", "head -c 3000000 /dev/zero > big"], limits=SandboxLimits(file_size_limit_mb=1))
     assert result.killed_by == "file_size" and result.exit_code == -signal.SIGXFSZ
+    assert result.failure().kind is FailureKind.DISK_LIMIT  # type: ignore[union-attr]
+
+
+def test_the_root_is_read_only_and_a_root_fill_is_a_disk_limit(box) -> None:  # type: ignore[no-untyped-def]
+    if box.name != "bwrap":
+        pytest.skip("only bubblewrap builds its own root")
+    fill = "with open('/fill', 'wb') as f:\n    for _ in range(200): f.write(b'x' * 1048576)"
+    result = box.run(["python3", "-c", fill], limits=FAST)
+    assert "Read-only file system" in result.stderr and result.killed_by == "disk"
+    assert result.failure().kind is FailureKind.DISK_LIMIT  # type: ignore[union-attr]
+    writable = box.run(["sh", "-c", "echo a > /workspace/a && echo b > /tmp/b && echo c > /dev/shm/c && cat a /tmp/b"])
+    assert writable.stdout == "a\nb\n"
+    assert "Read-only" in box.run(["sh", "-c", "touch /dev/planted"], limits=FAST).stderr
+
+
+def test_a_full_tmp_is_a_disk_limit(box) -> None:  # type: ignore[no-untyped-def]
+    if box.name != "bwrap":
+        pytest.skip("the subprocess back-end has no private /tmp")
+    fill = "with open('/tmp/fill', 'wb') as f:\n    for _ in range(8): f.write(b'x' * 1048576)"
+    result = box.run(["python3", "-c", fill], limits=dataclasses.replace(FAST, tmp_size_mb=2, file_size_limit_mb=64))
+    assert "No space left on device" in result.stderr
+    assert result.failure().kind is FailureKind.DISK_LIMIT  # type: ignore[union-attr]
+
+
+def test_the_process_count_limit_is_its_own_failure(box) -> None:  # type: ignore[no-untyped-def]
+    if box.name != "bwrap":
+        pytest.skip("the subprocess back-end shares the caller's process count")
+    bomb = "import os\nfor _ in range(100):\n    if os.fork() == 0:\n        import time; time.sleep(5); os._exit(0)"
+    result = box.run(["python3", "-c", bomb], limits=dataclasses.replace(FAST, max_processes=8))
+    assert result.killed_by == "processes", result.stderr
+    assert result.failure().kind is FailureKind.PROCESS_LIMIT  # type: ignore[union-attr]
+
+
+def test_host_paths_and_settings_are_not_in_the_sandbox_s_command_lines(box) -> None:  # type: ignore[no-untyped-def]
+    if box.name != "bwrap":
+        pytest.skip("only bubblewrap runs a pid 1 of its own")
+    result = box.run(["sh", "-c", "for p in /proc/[0-9]*; do tr '\\000' ' ' < $p/cmdline; echo; done"])
+    assert "--args" in result.stdout and "rlvr-sandbox-" not in result.stdout and "--bind" not in result.stdout
 
 
 def test_missing_command_is_a_sandbox_error(box) -> None:  # type: ignore[no-untyped-def]
@@ -133,7 +172,8 @@ def test_classify_exit() -> None:
 
 def test_result_failure_kinds() -> None:
     assert SandboxResult(0, "", "").ok
-    assert SandboxResult(0, "", "", killed_by="output").failure().kind is FailureKind.SANDBOX_ERROR  # type: ignore[union-attr]
+    assert SandboxResult(0, "", "", killed_by="output").failure().kind is FailureKind.OUTPUT_LIMIT  # type: ignore[union-attr]
+    assert SandboxResult(-9, "", "", killed_by="signal:9").failure().kind is FailureKind.SANDBOX_ERROR  # type: ignore[union-attr]
     assert SandboxResult(None, "", "", sandbox_error="boom").failure().kind is FailureKind.SANDBOX_ERROR  # type: ignore[union-attr]
 
 
@@ -214,7 +254,7 @@ def test_disk_limit_for_runs_and_sessions(box) -> None:  # type: ignore[no-untyp
     fill = "for i in $(seq 100); do head -c 1000000 /dev/zero > f$i; sleep 0.05; done"
     result = box.run(["sh", "-c", fill], limits=limits)
     assert result.killed_by == "disk" and result.exit_code is None and result.duration_s < 10
-    assert result.failure().kind is FailureKind.SANDBOX_ERROR  # type: ignore[union-attr]
+    assert result.failure().kind is FailureKind.DISK_LIMIT  # type: ignore[union-attr]
     session = box.spawn(["sh", "-c", fill], limits=limits)
     assert session.read_line() is None
     assert session.close().killed_by == "disk"

@@ -6,6 +6,8 @@ harness report success, so an attempt that got through would score 1.0.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from rlvr_gym_rtl.judge import RtlJudge
 from rlvr_gym_rtl.problem import RtlProblem, gold_action
@@ -128,3 +130,32 @@ def test_sequential_and_parallel_scripts_agree(script: str, judge: RtlJudge, cou
         outcome, _run = judge._simulate(counter, code, facts.expected_samples)
         stages[name] = (outcome.stage, verdict(outcome).value)
     assert stages == {"alone": ("compile_alone", 0.0), "build": ("compile", 0.0), "pass": ("simulate", 1.0)}
+
+
+@pytest.mark.parametrize("name", ["zero_delay_loop", "busy_forever"])
+def test_a_hang_is_killed_at_the_scaled_simulation_limit_not_the_run_s(name: str, counter: RtlProblem) -> None:
+    """With the VerilogEval harness's 30 s run limit, the simulation alone is limited to a multiple of the
+    reference's own run (at least 1 s here): the hang ends as a typed timeout long before 30 s."""
+    judge = RtlJudge(timeout_s=30.0, sim_time_factor=5.0, min_sim_timeout_s=1.0)
+    try:
+        facts = judge.problem_facts(counter)
+        limit_s = judge.sim_limit_s(facts)
+        assert 1.0 <= limit_s < 30.0 and facts.reference_s > 0
+        judgement = judge.judge(counter, gold_action(HANGS[name]))
+    finally:
+        judge.close()
+    assert judgement.outcome.timed_out and judgement.result.value == 0.0
+    assert judgement.failure is not None and judgement.failure.kind.value == "timeout"
+    assert judgement.failure.details["sim_limit_s"] == limit_s
+    assert "reference" in judgement.failure.message
+
+
+def test_the_simulation_limit_scales_with_the_reference_and_has_a_floor(counter: RtlProblem) -> None:
+    from rlvr_gym_rtl.judge import _ProblemFacts
+
+    judge = RtlJudge(timeout_s=30.0, sim_time_factor=10.0, min_sim_timeout_s=2.0, warm_sandbox=False)
+    facts = judge.problem_facts(counter)
+    assert judge.sim_limit_s(dataclasses.replace(facts, reference_s=0.01)) == 2.0
+    assert judge.sim_limit_s(dataclasses.replace(facts, reference_s=0.5)) == 5.0
+    assert judge.sim_limit_s(dataclasses.replace(facts, reference_s=10.0)) == 30.0
+    assert isinstance(facts, _ProblemFacts)

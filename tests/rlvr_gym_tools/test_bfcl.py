@@ -119,6 +119,20 @@ def test_irrelevance_env_and_invalid_call_count() -> None:
     env.reset(options={"task": task})
     result = env.step("nonexistent_function(x=1)")
     assert result.reward == 0.0 and result.info["invalid_tool_calls"] == 1
+    failure = result.info["failure"]
+    assert failure.kind is FailureKind.INVALID_ACTION and "nonexistent_function" in failure.message
+
+
+def test_an_invalid_call_is_typed_and_a_valid_one_is_not() -> None:
+    env = rlvr_gym.make("tools/BFCL-v0")
+    task = load_suite("tools/bfcl_simple_python")[0]
+    env.reset(options={"task": task})
+    assert "failure" not in env.step(task.gold[0]).info
+    name = env.entry["function"][0]["name"]
+    env.reset(options={"task": task})
+    result = env.step(f"{name}(not_a_parameter=1)")
+    assert result.info["failure"].kind is FailureKind.INVALID_ACTION
+    assert "not_a_parameter" in result.info["failure"].message
 
 
 def _play(env: rlvr_gym.Env, actions: list[str]) -> float:

@@ -135,6 +135,23 @@ def test_killed_browser_is_env_crash_and_next_reset_relaunches(warm_browser: Bro
         env.close()
 
 
+@pytest.mark.parametrize("action", ['click("5"', "\x00", 'fill("1", "\\ud800")', 'click("5")'])
+def test_after_a_browser_kill_any_next_action_is_env_crash(action: str, warm_browser: BrowserHost) -> None:
+    task = load_suite("web/miniwob")[0]
+    env = rlvr_gym.make("web/MiniWoB-v0")
+    try:
+        env.reset(options={"task": task})
+        mine = [pid for pid, owner in marked_browsers().items() if owner == os.getpid()]
+        os.killpg(os.getpgid(mine[0]), signal.SIGKILL)
+        time.sleep(0.5)
+        crashed = env.step(action)  # malformed actions too: their observation needs the page
+        assert crashed.terminated and crashed.info["failure"].kind is FailureKind.ENV_CRASH
+        env.reset(options={"task": task})
+        assert play(env, task, task.gold or []).reward == 1.0
+    finally:
+        env.close()
+
+
 @pytest.mark.parametrize("app", ["settings", "mail"])
 def test_seed_only_tasks_are_generated_and_the_oracle_solves_them(app: str, warm_browser: BrowserHost) -> None:
     env = rlvr_gym.make(ENV_OF_APP[app])

@@ -72,8 +72,10 @@ class BatchJudge:
 
     Each program runs in its own process forked from a non-dumpable zygote, in a fresh ``job/`` dir, under
     ``limits`` (``timeout_s`` applies per program); after each program every process of the sandbox user
-    is killed and ``job/``, ``/tmp`` and ``/dev/shm`` are wiped, so a program cannot read or influence a
-    later one. This saves a sandbox and interpreter start-up per program. If a program kills the zygote,
+    is killed, every writable place (``/workspace``, so ``$HOME`` and ``job/`` too, ``/tmp``, ``/dev/shm``;
+    the root and ``/dev`` are read-only) is emptied and its mode restored, and SysV IPC objects are removed,
+    so a program cannot read or influence a later one through the file system. A program that exits during
+    a call is reported at once (not at the call's deadline). This saves a sandbox and interpreter start-up per program. If a program kills the zygote,
     its verdict is re-judged in a sandbox of its own and the next program gets a new zygote.
 
     Args:

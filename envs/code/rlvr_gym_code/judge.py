@@ -112,6 +112,7 @@ class RemoteFunction:
         self.deadline = deadline
         self.num_calls = 0
         self.dead: CandidateError | None = None
+        self.limit: Failure | None = None  # the last sandbox limit a failed call reported hitting
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.dead is not None:
@@ -126,9 +127,12 @@ class RemoteFunction:
             self._die("the candidate's process ended or timed out during a call")
         try:
             reply = codec.loads(line)  # type: ignore[arg-type]
+            if "exited" in reply:  # batch mode: the zygote saw the candidate's process end mid-call
+                self._die(f"the candidate's process exited during a call (status {reply['exited']})")
             if reply.get("id") != self.num_calls:
                 raise codec.CodecError("reply out of order")
             if "error" in reply:
+                self.limit = limit_failure(reply.get("limit"), reply) or self.limit
                 raise _candidate_exception(reply)
             return codec.decode(reply["value"])
         except (codec.CodecError, KeyError) as error:
@@ -139,6 +143,22 @@ class RemoteFunction:
         kind = FailureKind.TIMEOUT if late else FailureKind.SANDBOX_ERROR
         self.dead = CandidateError(message, Failure(kind, message))
         raise self.dead
+
+
+_LIMIT_KINDS = {"memory": FailureKind.MEMORY_LIMIT, "disk": FailureKind.DISK_LIMIT,
+                "output": FailureKind.OUTPUT_LIMIT, "processes": FailureKind.PROCESS_LIMIT}
+_LIMIT_ADVICE = {"memory": "use less memory", "disk": "write less (and only under /workspace or /tmp)",
+                 "output": "print less", "processes": "start fewer processes or threads"}
+
+
+def limit_failure(limit: Any, reply: dict[str, Any]) -> Failure | None:
+    """The typed failure for a sandbox limit the worker reported (``"memory"``, ``"disk"``, ``"output"``,
+    ``"processes"``), or None for anything else."""
+    kind = _LIMIT_KINDS.get(limit) if isinstance(limit, str) else None
+    if kind is None:
+        return None
+    error = f"{reply.get('error', '')}: {str(reply.get('message', ''))[:200]}".strip(": ")
+    return Failure(kind, f"the program hit the sandbox's {limit} limit ({error}); {_LIMIT_ADVICE[limit]}")
 
 
 def _candidate_exception(reply: dict[str, Any]) -> BaseException:
@@ -252,6 +272,10 @@ def judge_python(
         result = session.close(collect=[LOG_FILE])
         report.output = result.files.get(LOG_FILE, b"")[-4000:].decode("utf-8", "replace")
         report.duration_s = time.monotonic() - start
+    limit = result.failure()  # the sandbox stopped the program (the disk watch, a signal): say which limit
+    replaceable = report.failure is None or report.failure.kind is FailureKind.SANDBOX_ERROR
+    if not report.passed and limit is not None and replaceable:
+        report.failure = limit
     return report
 
 
@@ -261,7 +285,7 @@ def _run_tests(session: SandboxSession, tests: PythonTests, code: Any, report: J
     nonce = nonce or secrets.token_hex(16)
     request = {**(load or {"load": SOLUTION_FILE}), "nonce": nonce}
     ready = session.write(codec.dumps(request), deadline) and session.read_line(deadline)
-    if not _is_ready(ready, nonce, report, session):
+    if not _is_ready(ready, nonce, report, session, deadline):
         return
     proxy = RemoteFunction(session, tests.entry_point, deadline)
     reached: list[int] = []
@@ -283,12 +307,16 @@ def _run_tests(session: SandboxSession, tests: PythonTests, code: Any, report: J
     else:
         report.passed = bool(reached) and proxy.num_calls > 0
         report.reason = f"all {len(reached)} assertions held" if report.passed else "no test reached the candidate"
+    if not report.passed and report.failure is None and proxy.limit is not None:
+        report.failure = proxy.limit
     report.num_asserts, report.num_calls = len(reached), proxy.num_calls
 
 
-def _is_ready(line: bytes | bool | None, nonce: str, report: JudgeReport, session: SandboxSession) -> bool:
+def _is_ready(line: bytes | bool | None, nonce: str, report: JudgeReport, session: SandboxSession,
+              deadline: float | None = None) -> bool:
     if not line:
-        kind = FailureKind.TIMEOUT if session.timed_out else FailureKind.SANDBOX_ERROR
+        late = session.timed_out or (deadline is not None and time.monotonic() >= deadline)
+        kind = FailureKind.TIMEOUT if late else FailureKind.SANDBOX_ERROR
         report.reason = "the program did not finish loading (it exited, hung or timed out before any test)"
         report.failure = Failure(kind, report.reason)
         return False
@@ -296,8 +324,13 @@ def _is_ready(line: bytes | bool | None, nonce: str, report: JudgeReport, sessio
         message = codec.loads(line)  # type: ignore[arg-type]
     except codec.CodecError:
         message = {}
+    if "exited" in message:
+        report.reason = f"the program exited while loading (status {message['exited']}), before any test"
+        report.failure = Failure(FailureKind.SANDBOX_ERROR, report.reason)
+        return False
     if "load_error" in message:
         report.reason = f"the program raised while loading:\n{str(message['load_error'])[-2000:]}"
+        report.failure = limit_failure(message.get("limit"), {"error": "while loading"})
         return False
     if message.get("ready") != nonce:
         report.reason = "the program's process answered the load request with something else"

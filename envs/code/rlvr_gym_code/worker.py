@@ -15,8 +15,11 @@ The candidate's own prints go to ``output.log`` in its work dir, never to the pr
 Batch mode (``--zygote``): one sandbox judges several programs in turn. For each
 ``{"program": str, "nonce": str}`` the zygote forks a child that serves that program as above (fresh
 ``job/`` dir, its own stdin pipe), forwards the judge's lines to it until ``{"end": nonce, "seal": str}``,
-then kills the child and *every other process of the sandbox user* (``kill(-1, SIGKILL)``), reaps, wipes
-``job/``, ``/tmp`` and ``/dev/shm`` and answers ``{"done": seal, "log": str}``. The seal is fresh and only
+then kills the child and *every other process of the sandbox user* (``kill(-1, SIGKILL)``), reaps, empties
+every writable place (``/workspace``, ``/tmp``, ``/dev/shm``; the root and ``/dev`` are read-only), removes
+SysV IPC objects and answers ``{"done": seal, "log": str}``. If the child ends before the end request (an
+exit mid-call), the zygote says ``{"exited": status, "nonce": nonce}`` at once, so the judge need not wait
+for the call's deadline. The seal is fresh and only
 ever seen by the zygote, so lines a candidate forged before it died cannot pass for the end of its job. The zygote makes itself non-dumpable, so a
 candidate (same uid) cannot ptrace it or read its memory; a candidate can kill it, which ends the batch (the
 judge then re-runs the rest one sandbox each), but it cannot touch a later program's process.
@@ -24,6 +27,7 @@ judge then re-runs the rest one sandbox each), but it cannot touch a later progr
 
 import importlib.util
 import os
+import select
 import shutil
 import signal
 import sys
@@ -34,6 +38,8 @@ if TYPE_CHECKING:  # in the sandbox these names come from the codec source shipp
     from rlvr_gym_code.codec import decode, dumps, encode, loads  # noqa: TC004
 
 JOB_DIR = "/workspace/job"
+WRITABLE_DIRS = (("/workspace", 0o700), ("/tmp", 0o1777), ("/dev/shm", 0o1777))
+"""Every directory a sandboxed program can write to (bwrap mounts the rest read-only), with its mode."""
 
 
 def _redirect_output(log_path):
@@ -59,6 +65,25 @@ def _tail():
     return "".join(traceback.format_exc().splitlines(keepends=True)[-12:])[-2000:]
 
 
+_DISK_ERRNOS = (27, 28, 30, 122)  # EFBIG, ENOSPC, EROFS, EDQUOT
+_OUTPUT_LOG_FULL_BYTES = 1 << 20
+
+
+def _limit_of(error):
+    """Which sandbox limit an exception says was hit ("memory", "disk", "output", "processes"), or None. A
+    hint for the judge's failure kind only: the candidate could fake it, and it decides no verdict."""
+    if isinstance(error, MemoryError):
+        return "memory"
+    if isinstance(error, OSError) and error.errno in _DISK_ERRNOS:
+        try:  # a write that failed while the output log (fd 1) is at its cap is an output flood
+            return "output" if os.fstat(1).st_size >= _OUTPUT_LOG_FULL_BYTES else "disk"
+        except OSError:
+            return "disk"
+    if isinstance(error, OSError) and error.errno == 11 or "can't start new thread" in str(error):  # EAGAIN
+        return "processes"
+    return None
+
+
 def _answer(module, request):
     reply = {"id": request.get("id")}
     try:
@@ -70,6 +95,9 @@ def _answer(module, request):
         reply["error"] = type(error).__name__
         reply["message"] = str(error)[:1000]
         reply["traceback"] = _tail()
+        limit = _limit_of(error)
+        if limit is not None:
+            reply["limit"] = limit
     return reply
 
 
@@ -77,8 +105,11 @@ def serve(channel, requests, path, nonce):
     """Loads the program at ``path``, says ready with ``nonce``, then answers calls until EOF."""
     try:
         module = _load(path)
-    except BaseException:  # noqa: BLE001  (an exit or error while loading is reported, not fatal)
-        channel.write(dumps({"load_error": _tail()}))
+    except BaseException as error:  # noqa: BLE001  (an exit or error while loading is reported, not fatal)
+        reply = {"load_error": _tail()}
+        if _limit_of(error) is not None:
+            reply["limit"] = _limit_of(error)
+        channel.write(dumps(reply))
         return
     channel.write(dumps({"ready": nonce}))
     for line in requests:
@@ -131,7 +162,7 @@ def _child(channel, read_fd, nonce):
 
 
 def _sweep(child):
-    for target in (child, -1):
+    for target in (child, -1) if child is not None else (-1,):
         try:
             os.kill(target, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -143,11 +174,38 @@ def _sweep(child):
             break
 
 
-def _run_job(channel, stdin, job):
+class _Lines:
+    """Lines from a raw fd, and whether a child process ended meanwhile (a pidfd polled alongside)."""
+
+    def __init__(self, fd):
+        self.fd, self.buffer = fd, b""
+
+    def next(self, pidfd=None):
+        """The next line (with its newline), b"" at EOF, or None when ``pidfd`` became readable first."""
+        while b"\n" not in self.buffer:
+            ready = select.select([self.fd] + ([pidfd] if pidfd is not None else []), [], [])[0]
+            if self.fd not in ready:
+                return None
+            chunk = os.read(self.fd, 1 << 16)
+            if not chunk:
+                line, self.buffer = self.buffer, b""
+                return line
+            self.buffer += chunk
+        line, _, self.buffer = self.buffer.partition(b"\n")
+        return line + b"\n"
+
+
+def _pidfd(child):
+    try:
+        return os.pidfd_open(child)
+    except (AttributeError, OSError):  # an old kernel: a child's exit is then noticed at the call's deadline
+        return None
+
+
+def _run_job(channel, lines, job):
     nonce, seal = job["nonce"], None
-    _wipe(JOB_DIR)
     os.makedirs(JOB_DIR, exist_ok=True)
-    with open(os.path.join(JOB_DIR, "solution.py"), "w", encoding="utf-8") as handle:
+    with open(os.path.join(JOB_DIR, "solution.py"), "w", encoding="utf-8", errors="surrogatepass") as handle:
         handle.write(job["program"])
     read_fd, write_fd = os.pipe()
     child = os.fork()
@@ -155,7 +213,18 @@ def _run_job(channel, stdin, job):
         os.close(write_fd)
         _child(channel, read_fd, nonce)
     os.close(read_fd)
-    for line in iter(stdin.readline, b""):
+    pidfd = _pidfd(child)
+    while True:
+        line = lines.next(pidfd)
+        if line is None:  # the child ended: tell the judge now rather than at the call's deadline
+            os.close(pidfd)
+            pidfd = None
+            _, status = os.waitpid(child, 0)
+            child = None
+            channel.write(dumps({"exited": os.waitstatus_to_exitcode(status), "nonce": nonce}))
+            continue
+        if not line:
+            break
         message = loads(line)
         if message.get("end") == nonce:
             seal = message.get("seal")
@@ -164,6 +233,8 @@ def _run_job(channel, stdin, job):
             os.write(write_fd, line)
         except OSError:
             pass  # the child is gone; the judge sees no reply and ends the job
+    if pidfd is not None:
+        os.close(pidfd)
     os.close(write_fd)
     _sweep(child)
     try:
@@ -171,17 +242,46 @@ def _run_job(channel, stdin, job):
             log = handle.read()[-4000:].decode("utf-8", "replace")
     except OSError:
         log = ""
-    for path in (JOB_DIR, "/tmp", "/dev/shm"):
-        _wipe(path)
+    # Every process of the job is dead, so nothing can write any more: answer first, then clean while the
+    # judge works on its side; the next job is read only once the cleaning is done.
     channel.write(dumps({"done": seal, "log": log}))
+    _reset_writable()
+
+
+def _reset_writable():
+    """Empties every place a program can write (the root and /dev are read-only) and restores their modes,
+    so nothing one program wrote is visible to the next; also removes SysV IPC objects it left."""
+    for path, mode in WRITABLE_DIRS:
+        _wipe(path)
+        try:
+            os.chmod(path, mode)
+        except OSError:
+            pass
+    _remove_sysv_ipc()
+
+
+def _remove_sysv_ipc():
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    ipc_rmid = 0
+    for kind, remove in (("shm", libc.shmctl), ("msg", libc.msgctl), ("sem", libc.semctl)):
+        try:
+            with open(f"/proc/sysvipc/{kind}") as table:
+                ids = [int(row.split()[1]) for row in table.read().splitlines()[1:] if row.strip()]
+        except (OSError, ValueError, IndexError):
+            continue
+        for ipc_id in ids:
+            remove(ipc_id, ipc_rmid, None) if kind != "sem" else remove(ipc_id, 0, ipc_rmid)
 
 
 def zygote():
     _make_undumpable()
-    channel = _redirect_output("/workspace/zygote.log")
-    stdin = sys.stdin.buffer
-    for line in iter(stdin.readline, b""):
-        _run_job(channel, stdin, loads(line))
+    channel = _redirect_output(os.devnull)  # no log in /workspace: the next program would read it
+    _reset_writable()  # the worker's own source: no program needs it
+    lines = _Lines(0)
+    while line := lines.next():
+        _run_job(channel, lines, loads(line))
 
 
 if __name__ == "__main__":

@@ -63,6 +63,8 @@ class VerilogEnv(Env):
         require_synthesis: a pass also needs yosys to synthesise the design.
         timeout_s: wall-clock limit of one compile+simulate run, in seconds.
         sandbox: sandbox back-end name (see :func:`rlvr_gym.sandbox.get_sandbox`).
+        equivalence: ``"off"`` (default), ``"refute"`` or ``"strict"``: a design that passes simulation is
+            also checked formally against the reference (see :mod:`rlvr_gym_rtl.equivalence`).
 
     Version History:
         v0: first version.
@@ -81,6 +83,7 @@ class VerilogEnv(Env):
         require_synthesis: bool = False,
         timeout_s: float = 30.0,
         sandbox: str = "auto",
+        equivalence: str = "off",
     ) -> None:
         super().__init__(max_turns=max_turns, render_mode=render_mode)
         if source not in ("verilog-eval", "generated"):
@@ -92,7 +95,7 @@ class VerilogEnv(Env):
         self.kinds = sorted(kinds) if kinds is not None else None
         self.problems_dir = problems_dir
         config = RewardConfig(partial_credit=partial_credit, require_synthesis=require_synthesis)
-        self.judge = RtlJudge(config, timeout_s=timeout_s, sandbox=sandbox)
+        self.judge = RtlJudge(config, timeout_s=timeout_s, sandbox=sandbox, equivalence=equivalence)
         self.problem: RtlProblem | None = None
 
     def _reset(self, task: Task | None) -> tuple[str, dict[str, Any]]:

@@ -14,7 +14,10 @@ Pipeline for one candidate (stages named as in :data:`rlvr_gym_rtl.verdict.Stage
    calls and package imports resolve inside the candidate or are rejected. ``"always"`` runs it for all.
 4. ``compile``: ``iverilog -Wall -Winfloop -Wno-timescale -g2012 -s tb`` on testbench, reference and
    candidate, *in that order* (the candidate's compiler directives cannot reach the files before it).
-5. ``simulate``: ``vvp -n``; the testbench's verdict line is tagged with a fresh random nonce.
+5. ``simulate``: ``vvp -n``; the testbench's verdict line is tagged with a fresh random nonce. The
+   simulation has its own time limit, a multiple of the reference's own run on the problem with a floor
+   (``sim_time_factor``, ``min_sim_timeout_s``), so a hung design is killed (SIGKILL) in seconds, as a
+   typed ``timeout``, instead of holding the sandbox for the run's whole ``timeout_s``.
 
 Stages 3-5 run as one script in one :mod:`rlvr_gym.sandbox` run under a wall-clock limit, in a sandbox
 started ahead of time (:mod:`rlvr_gym_rtl.runner`); the two compiles run side by side when the machine has
@@ -35,6 +38,7 @@ from typing import Any, ClassVar
 from rlvr_gym.failures import Failure, FailureKind
 from rlvr_gym.sandbox import Sandbox, SandboxLimits, SandboxResult, get_sandbox
 from rlvr_gym.verifier import RewardResult
+from rlvr_gym_rtl.equivalence import EQUIVALENCE_MODES, EquivalenceResult, apply_equivalence, check_equivalence
 from rlvr_gym_rtl.lint import (
     TOP_MODULE,
     HarnessNames,
@@ -51,16 +55,21 @@ from rlvr_gym_rtl.verdict import JudgeOutcome, RewardConfig, SimSummary, feedbac
 
 IVERILOG_FLAGS = ("-Wall", "-Winfloop", "-Wno-timescale", "-g2012")
 """The VerilogEval harness's compile flags (its Makefile), minus nothing."""
-_EXIT_ALONE, _EXIT_BUILD = 90, 91
+_EXIT_ALONE, _EXIT_BUILD, _EXIT_SIM_TIMEOUT = 90, 91, 92
 _ALONE = f"iverilog -g2012 -s {TOP_MODULE} -t null cand.sv >alone.log 2>&1"  # `-t null`: elaborate only
 _BUILD = f"iverilog {' '.join(IVERILOG_FLAGS)} -s tb -o sim.vvp test.sv ref.sv cand.sv >build.log 2>&1"
-_SCRIPT_SEQUENTIAL = f"{_ALONE} || exit {_EXIT_ALONE}\n{_BUILD} || exit {_EXIT_BUILD}\nexec vvp -n sim.vvp\n"
+_SIM_LIMIT_FILE = "sim.limit"
+# The simulation alone runs under its own limit (seconds in sim.limit; 0 or no file: none but the run's).
+# SIGKILL, not timeout's default SIGTERM: vvp runs `final` blocks on SIGTERM and can print a clean summary.
+_SIMULATE = (f"timeout -s KILL \"$(cat {_SIM_LIMIT_FILE} 2>/dev/null || echo 0)\" vvp -n sim.vvp\n"
+             f"status=$?\n[ $status -eq 137 ] && exit {_EXIT_SIM_TIMEOUT}\nexit $status\n")
+_SCRIPT_SEQUENTIAL = f"{_ALONE} || exit {_EXIT_ALONE}\n{_BUILD} || exit {_EXIT_BUILD}\n{_SIMULATE}"
 _SCRIPT_PARALLEL = (
     f"{_ALONE} & alone=$!\n{_BUILD}; build=$?\nwait $alone || exit {_EXIT_ALONE}\n"
-    f"[ $build -eq 0 ] || exit {_EXIT_BUILD}\nexec vvp -n sim.vvp\n"
+    f"[ $build -eq 0 ] || exit {_EXIT_BUILD}\n{_SIMULATE}"
 )
 """The two compiles run side by side when a core is idle, else one after the other (same verdicts)."""
-_SCRIPT_BUILD_ONLY = f"{_BUILD} || exit {_EXIT_BUILD}\nexec vvp -n sim.vvp\n"
+_SCRIPT_BUILD_ONLY = f"{_BUILD} || exit {_EXIT_BUILD}\n{_SIMULATE}"
 _SCRIPTS = {"alone_parallel": _SCRIPT_PARALLEL, "alone_sequential": _SCRIPT_SEQUENTIAL, "build_only": _SCRIPT_BUILD_ONLY}
 _COLLECT = ("alone.log", "build.log")
 _SYNTH_SCRIPT = f"yosys -q -p 'read_verilog -sv cand.sv; synth -top {TOP_MODULE}' >synth.log 2>&1"
@@ -86,18 +95,23 @@ class Judgement:
         failure: a typed failure when the action or the run went wrong (parse error, forbidden construct,
             timeout, sandbox or verifier error), else None. A design that compiles but is wrong is not a
             failure, just a low reward.
+        equivalence: the formal check's verdict when it ran (the judge's ``equivalence`` mode is on and the
+            design passed simulation), else None.
     """
 
     result: RewardResult
     outcome: JudgeOutcome
     code: str | None
     failure: Failure | None = None
+    equivalence: EquivalenceResult | None = None
 
     @property
     def feedback(self) -> str:
         """What a multi-turn agent is told (see :func:`rlvr_gym_rtl.verdict.feedback`)."""
         if self.failure is not None and self.failure.kind == FailureKind.VERIFIER_ERROR:
             return f"The judge could not score this problem: {self.failure.message}"
+        if self.equivalence is not None and not self.result.success:
+            return f"The design {self.result.reason}"
         return feedback(self.outcome, self.result)
 
 
@@ -106,6 +120,8 @@ class _ProblemFacts:
     ports: list[Port]
     names: HarnessNames
     expected_samples: int
+    reference_s: float = 0.0
+    """Wall-clock seconds of the reference's own run (compiles and simulation) when the facts were learnt."""
 
 
 class RtlJudge:
@@ -114,6 +130,16 @@ class RtlJudge:
     Args:
         config: how the verdict becomes a reward (default ``RewardConfig()``: binary).
         timeout_s: wall-clock limit of one compile+simulate run, in seconds (VerilogEval's harness: 30).
+        sim_time_factor: a candidate's simulation may take this many times the reference's whole run
+            (compiles included, measured once per problem), ...
+        min_sim_timeout_s: ... but at least this many seconds (and at most ``timeout_s``); past it the
+            simulator is killed and the verdict is a ``timeout``. A hung design thus holds the sandbox for
+            seconds, not ``timeout_s``.
+        equivalence: the formal check of a design that passed simulation against the reference
+            (:mod:`rlvr_gym_rtl.equivalence`): ``"off"``; ``"refute"`` (a counterexample fails it); ``"strict"``
+            (only a proof lets it pass).
+        equivalence_steps: cycles of bounded model checking and k-induction the check tries.
+        equivalence_timeout_s: wall-clock limit of the check, in seconds (past it: ``unknown``).
         memory_limit_mb: address-space limit per process in the sandbox, in MiB.
         sandbox: a sandbox back-end name for :func:`rlvr_gym.sandbox.get_sandbox`, or a sandbox object.
         standalone_elaboration: ``"auto"`` (Icarus elaborates the candidate alone when it has a dotted name)
@@ -137,9 +163,20 @@ class RtlJudge:
         sandbox: str | Sandbox = "auto",
         standalone_elaboration: str = "auto",
         warm_sandbox: bool = True,
+        sim_time_factor: float = 10.0,
+        min_sim_timeout_s: float = 2.0,
+        equivalence: str = "off",
+        equivalence_steps: int = 20,
+        equivalence_timeout_s: float = 10.0,
     ) -> None:
-        if timeout_s <= 0:
-            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        if equivalence not in EQUIVALENCE_MODES:
+            raise ValueError(f"equivalence must be one of {EQUIVALENCE_MODES}, got {equivalence!r}")
+        self.equivalence, self.equivalence_steps = equivalence, equivalence_steps
+        self.equivalence_timeout_s = equivalence_timeout_s
+        if timeout_s <= 0 or sim_time_factor <= 0 or min_sim_timeout_s <= 0:
+            raise ValueError(f"timeout_s, sim_time_factor and min_sim_timeout_s must be > 0, got {timeout_s}, "
+                             f"{sim_time_factor}, {min_sim_timeout_s}")
+        self.sim_time_factor, self.min_sim_timeout_s = sim_time_factor, min_sim_timeout_s
         if standalone_elaboration not in ("auto", "always"):
             raise ValueError(f"standalone_elaboration must be 'auto' or 'always', got {standalone_elaboration!r}")
         self.standalone_elaboration = standalone_elaboration
@@ -182,11 +219,27 @@ class RtlJudge:
             rejected = Failure(FailureKind.INVALID_ACTION, "; ".join(problems)[:500], {"problems": problems})
             return Judgement(verdict(outcome, self.config), outcome, code, rejected)
         standalone = self.standalone_elaboration == "always" or has_dotted_names(code)
-        outcome, run = self._simulate(problem, code, facts.expected_samples, standalone)
+        sim_limit_s = self.sim_limit_s(facts)
+        outcome, run = self._simulate(problem, code, facts.expected_samples, standalone, sim_limit_s)
         if self.config.require_synthesis and outcome.stage == "simulate":
             outcome = dataclasses.replace(outcome, synthesizable=self._synthesizes(code))
         failure: Failure | None = run.failure() if outcome.stage == "simulate" else None
-        return Judgement(verdict(outcome, self.config), outcome, code, failure)
+        if failure is None and outcome.timed_out:
+            failure = Failure(FailureKind.TIMEOUT, f"the simulation ran past its {sim_limit_s:.1f} s limit "
+                              f"({self.sim_time_factor:g}x the reference's run, at least "
+                              f"{self.min_sim_timeout_s:g} s): does the design hang (a combinational loop)?",
+                              {"sim_limit_s": sim_limit_s, "reference_s": facts.reference_s})
+        result, check = verdict(outcome, self.config), None
+        if self.equivalence != "off" and result.success:
+            check = check_equivalence(self.sandbox, problem.reference, code, max_steps=self.equivalence_steps,
+                                      timeout_s=self.equivalence_timeout_s, memory_limit_mb=self.limits.memory_limit_mb)
+            result = apply_equivalence(result, check, self.equivalence)
+        return Judgement(result, outcome, code, failure, check)
+
+    def sim_limit_s(self, facts: _ProblemFacts) -> float:
+        """The candidate's simulation time limit on a problem, in seconds (see the class's arguments)."""
+        scaled = max(self.min_sim_timeout_s, self.sim_time_factor * facts.reference_s)
+        return min(self.limits.timeout_s, scaled)
 
     def problem_facts(self, problem: RtlProblem) -> _ProblemFacts:
         """The reference's ports, the harness's names and the reference's sample count (cached).
@@ -213,17 +266,22 @@ class RtlJudge:
                 with self._cache_lock:
                     self._broken_cache[problem.key] = message
             raise ReferenceFailedError(message)
-        facts = _ProblemFacts(ports, harness_names(problem.testbench, problem.reference), sim.samples)
+        facts = _ProblemFacts(ports, harness_names(problem.testbench, problem.reference), sim.samples,
+                              run.duration_s)
         with self._cache_lock:
             self._facts_cache[problem.key] = facts
         return facts
 
     def _simulate(
-        self, problem: RtlProblem, code: str, expected: int | None, standalone: bool = True
+        self, problem: RtlProblem, code: str, expected: int | None, standalone: bool = True,
+        sim_limit_s: float | None = None,
     ) -> tuple[JudgeOutcome, SandboxResult]:
-        """Stages 3-5 on ``code`` in one sandbox run."""
+        """Stages 3-5 on ``code`` in one sandbox run; the simulation alone under ``sim_limit_s`` seconds (None:
+        only the run's ``timeout_s``)."""
         nonce = "RLVR-" + secrets.token_hex(8)
         files = {"test.sv": problem.prepared_testbench(nonce), "ref.sv": problem.reference, "cand.sv": code}
+        if sim_limit_s is not None:
+            files[_SIM_LIMIT_FILE] = f"{sim_limit_s:.3f}"
         started = self.runner.start(_script_for_load() if standalone else "build_only", files)
         run = self.runner.finish(started, _COLLECT)
         return _outcome(run, nonce, expected), run
@@ -251,7 +309,8 @@ def _outcome(run: SandboxResult, nonce: str, expected: int | None) -> JudgeOutco
         return JudgeOutcome("compile_alone", compile_log=_trim(logs.get("alone.log", "")))
     if run.sandbox_error is None and run.exit_code == _EXIT_BUILD:
         return JudgeOutcome("compile", compile_log=_trim(_candidate_lines(logs.get("build.log", ""))))
-    return JudgeOutcome("simulate", exit_code=run.exit_code, timed_out=run.timed_out,
+    sim_timed_out = run.sandbox_error is None and run.exit_code == _EXIT_SIM_TIMEOUT
+    return JudgeOutcome("simulate", exit_code=run.exit_code, timed_out=run.timed_out or sim_timed_out,
                         killed_by=run.killed_by or (f"sandbox: {run.sandbox_error}" if run.sandbox_error else None),
                         sim=parse_sim_output(run.stdout, nonce), expected_samples=expected)
 

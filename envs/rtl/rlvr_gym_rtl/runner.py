@@ -167,7 +167,7 @@ def _write_files(workdir: Path, files: Mapping[str, str | bytes]) -> None:
     for rel, content in files.items():
         target = workdir / check_relative_path(rel)
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(content.encode() if isinstance(content, str) else bytes(content))
+        target.write_bytes(content.encode("utf-8", "surrogatepass") if isinstance(content, str) else bytes(content))
         os.chown(target, owner.st_uid, owner.st_gid)
 
 

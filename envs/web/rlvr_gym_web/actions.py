@@ -32,6 +32,8 @@ import urllib.parse
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from rlvr_gym.core import first_invalid_text
+
 # name -> parameter names, in positional order.
 BROWSER_ACTIONS: dict[str, tuple[str, ...]] = {
     "click": ("bid",),
@@ -97,6 +99,9 @@ def parse_action(text: str, tools: Mapping[str, Sequence[str]] | None = None) ->
         tree = ast.parse(source, mode="eval")
     except SyntaxError as error:
         raise ActionParseError(f"not a single Python-like call ({error.msg}); write e.g. click(\"12\")") from None
+    except (ValueError, RecursionError, MemoryError) as error:  # a NUL byte, invalid Unicode, deep nesting
+        raise ActionParseError(f"the action cannot be parsed ({type(error).__name__}: {str(error)[:100]}); "
+                               "write one call such as click(\"12\")") from None
     call = tree.body
     if not isinstance(call, ast.Call):
         raise ActionParseError("the action must be one call such as click(\"12\"), not an expression")
@@ -106,6 +111,9 @@ def parse_action(text: str, tools: Mapping[str, Sequence[str]] | None = None) ->
     params = tuple(tools[name]) if is_api and tools is not None else BROWSER_ACTIONS[name]
     keywords = {str(k.arg): _literal(k.value) for k in call.keywords}
     args = _bind(name, params, [_literal(a) for a in call.args], keywords)
+    bad = first_invalid_text(args)
+    if bad is not None:  # a "\\ud800" escape in a literal: no browser or tool can take it
+        raise ActionParseError(f"an argument is not valid Unicode ({bad}); escape only whole characters")
     if not is_api:
         _check_browser_types(name, args)
     return Action(name, args, is_api)

@@ -129,7 +129,11 @@ class BrowserEnv(Env):
             action = parse_action(action_text, self._tool_params())
         except ActionParseError as error:
             info["failure"] = Failure(FailureKind.PARSE_ERROR, str(error), {"action": action_text[:500]})
-            return StepResult(self._observe(info, error=f"Invalid action: {error}"), 0.0, False, False, info)
+            try:
+                observation = self._observe(info, error=f"Invalid action: {error}")
+            except Exception as crash:  # noqa: BLE001 - the browser died since the last step
+                return self._crash(crash)
+            return StepResult(observation, 0.0, False, False, info)
         note = ""
         try:
             note = self._apply(action)

@@ -78,8 +78,9 @@ class BFCLEnv(ToolEnv):
         return score_submission(self.entry, [])
 
     def _handle_calls(self, calls: list[ToolCall]) -> StepResult:
-        invalid = sum(validate_call(call, self.tools) is not None for call in calls)
-        return self._finish(score_submission(self.entry, calls), tool_calls=len(calls), invalid=invalid)
+        failures = [f for f in (validate_call(call, self.tools) for call in calls) if f is not None]
+        return self._finish(score_submission(self.entry, calls), tool_calls=len(calls), invalid=len(failures),
+                            failure=failures[0] if failures else None)
 
 
 def gold_calls(ground_truth: list[dict[str, Any]], functions: list[dict[str, Any]]) -> list[ToolCall]:
