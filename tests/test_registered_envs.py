@@ -12,6 +12,7 @@ import rlvr_gym
 from rlvr_gym.evaluation import evaluate
 from rlvr_gym.testing import GoldAgent, check_env
 
+
 def _env_params() -> list[pytest.ParameterSet]:
     params = []
     for env_spec in rlvr_gym.list_envs():
