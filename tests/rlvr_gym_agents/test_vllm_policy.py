@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,45 +18,47 @@ from rlvr_gym_agents.policy.vllm import VLLMPolicy
 PROMPT = [[5, 6, 7, 8]]
 
 
-def _engine(model_dir: Path, policy: TransformersPolicy, seed: int = 0) -> VLLMPolicy:
-    return VLLMPolicy(str(model_dir), policy.stop_token_ids, max_context_tokens=256, dtype="float32",
-                      trainer_device="cpu", seed=seed, engine=fake_vllm)
+@pytest.fixture(scope="module")
+def engine(tiny_model_dir: Path) -> Iterator[VLLMPolicy]:
+    """One fake engine over the tiny model for the module (starting one takes seconds); tests leave its weights as
+    they found them."""
+    stops = TransformersPolicy.from_pretrained(str(tiny_model_dir)).stop_token_ids
+    policy = VLLMPolicy(str(tiny_model_dir), stops, max_context_tokens=256, dtype="float32", trainer_device="cpu",
+                        seed=3, engine=fake_vllm)
+    yield policy
+    policy.close()
 
 
 def _param_sum(model: torch.nn.Module) -> float:
     return float(sum(p.detach().double().sum() for p in model.parameters()))
 
 
-def test_a_closure_fails_against_the_fake_as_against_vllm_v1(tiny_model_dir: Path,
+def test_a_closure_fails_against_the_fake_as_against_vllm_v1(engine: VLLMPolicy,
                                                             tiny_policy: TransformersPolicy) -> None:
-    engine = _engine(tiny_model_dir, tiny_policy)
-    try:
-        weights = [(n, p.detach()) for n, p in tiny_policy.model.named_parameters()]
-        with pytest.raises(TypeError, match="is not serializable. Set VLLM_ALLOW_INSECURE_SERIALIZATION=1"):
-            engine.llm.apply_model(lambda model: model.load_weights(weights))  # the old sync_weights
-        with pytest.raises(TypeError, match="not serializable"):
-            engine.llm.collective_rpc("receive_weights", args=(lambda: None,))
-        with pytest.raises(RuntimeError, match="no method"):
-            engine.llm.collective_rpc("model_runner")  # engine state only through the extension's methods
-        assert engine.weights_fingerprint() == pytest.approx(_param_sum(tiny_policy.model), rel=1e-9)
-    finally:
-        engine.close()
+    weights = [(n, p.detach()) for n, p in tiny_policy.model.named_parameters()]
+    with pytest.raises(TypeError, match="is not serializable. Set VLLM_ALLOW_INSECURE_SERIALIZATION=1"):
+        engine.llm.apply_model(lambda model: model.load_weights(weights))  # the old sync_weights
+    with pytest.raises(TypeError, match="not serializable"):
+        engine.llm.collective_rpc("receive_weights", args=(lambda: None,))
+    with pytest.raises(RuntimeError, match="no method"):
+        engine.llm.collective_rpc("model_runner")  # engine state only through the extension's methods
+    assert engine.weights_fingerprint() == pytest.approx(_param_sum(tiny_policy.model), rel=1e-9)
 
 
-def test_sync_reaches_the_engine_and_changes_its_samples(tiny_model_dir: Path, tiny_policy: TransformersPolicy) -> None:
-    engine = _engine(tiny_model_dir, tiny_policy)
+def test_sync_reaches_the_engine_and_changes_its_samples(engine: VLLMPolicy, tiny_policy: TransformersPolicy) -> None:
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=6)
+    before, _ = engine.generate(PROMPT, greedy)
+    ours, _ = tiny_policy.generate(PROMPT, greedy)
+    assert before[0].token_ids == ours[0].token_ids
+    trained = copy.deepcopy(tiny_policy.model)
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for p in trained.parameters():
+            p.add_(torch.randn_like(p) * 0.2)
+    syncs = engine.num_syncs
+    engine.sync_weights(trained.named_parameters())
     try:
-        greedy = SamplingParams(temperature=0.0, max_new_tokens=6)
-        before, _ = engine.generate(PROMPT, greedy)
-        ours, _ = tiny_policy.generate(PROMPT, greedy)
-        assert before[0].token_ids == ours[0].token_ids
-        trained = copy.deepcopy(tiny_policy.model)
-        torch.manual_seed(1)
-        with torch.no_grad():
-            for p in trained.parameters():
-                p.add_(torch.randn_like(p) * 0.2)
-        engine.sync_weights(trained.named_parameters())
-        assert engine.num_syncs == 1
+        assert engine.num_syncs == syncs + 1
         assert engine.weights_fingerprint() == pytest.approx(_param_sum(trained), rel=1e-9)
         after, _ = engine.generate(PROMPT, greedy)
         expected, _ = TransformersPolicy(trained, tiny_policy.tokenizer).generate(PROMPT, greedy)
@@ -63,41 +66,34 @@ def test_sync_reaches_the_engine_and_changes_its_samples(tiny_model_dir: Path, t
         for a, b in zip(after[0].logps, expected[0].logps):
             assert a == pytest.approx(b, abs=1e-4)
     finally:
-        engine.close()
+        engine.sync_weights(tiny_policy.model.named_parameters())
 
 
-def test_processed_logprobs_are_renormalised_over_the_nucleus(tiny_model_dir: Path,
+def test_processed_logprobs_are_renormalised_over_the_nucleus(engine: VLLMPolicy,
                                                               tiny_policy: TransformersPolicy) -> None:
-    engine = _engine(tiny_model_dir, tiny_policy, seed=3)
-    try:
-        nucleus = SamplingParams(temperature=1.0, top_p=0.3, max_new_tokens=5)
-        generations, state = engine.generate(PROMPT, nucleus)
-        tokens = generations[0].token_ids
-        full = TransformersPolicy(tiny_policy.model, tiny_policy.tokenizer)
-        with torch.no_grad():
-            logits = full.model(input_ids=torch.tensor([PROMPT[0] + tokens])).logits[0].float()
-        trainer_logp = torch.log_softmax(logits, -1)[len(PROMPT[0]) - 1:-1].gather(1, torch.tensor(tokens)[:, None])
-        for engine_lp, train_lp in zip(generations[0].logps, trainer_logp.squeeze(1).tolist()):
-            assert engine_lp >= train_lp - 1e-5  # renormalised over the nucleus: never below the full-vocab one
-            assert math.isfinite(engine_lp)
-        assert state.contexts[0] == PROMPT[0] + tokens
-    finally:
-        engine.close()
+    nucleus = SamplingParams(temperature=1.0, top_p=0.3, max_new_tokens=5)
+    generations, state = engine.generate(PROMPT, nucleus)
+    tokens = generations[0].token_ids
+    with torch.no_grad():
+        logits = tiny_policy.model(input_ids=torch.tensor([PROMPT[0] + tokens])).logits[0].float()
+    trainer_logp = torch.log_softmax(logits, -1)[len(PROMPT[0]) - 1:-1].gather(1, torch.tensor(tokens)[:, None])
+    for engine_lp, train_lp in zip(generations[0].logps, trainer_logp.squeeze(1).tolist()):
+        assert engine_lp >= train_lp - 1e-5  # renormalised over the nucleus: never below the full-vocab one
+        assert math.isfinite(engine_lp)
+    assert state.contexts[0] == PROMPT[0] + tokens
 
 
-def test_a_sleeping_engine_refuses_work_until_woken(tiny_model_dir: Path, tiny_policy: TransformersPolicy) -> None:
-    llm = fake_vllm.LLM(str(tiny_model_dir), worker_extension_cls="rlvr_gym_agents.policy.vllm_worker."
-                        "WeightSyncExtension")
-    try:
-        llm.sleep(level=1)
-        with pytest.raises(RuntimeError, match="sleeps"):
-            llm.generate([{"prompt_token_ids": PROMPT[0]}], fake_vllm.SamplingParams(max_tokens=2))
-        llm.wake_up(tags=["weights"])
-        assert llm.collective_rpc("weights_fingerprint")[0] == pytest.approx(_param_sum(tiny_policy.model))
-        llm.wake_up(tags=["kv_cache"])
-        assert len(llm.generate([{"prompt_token_ids": PROMPT[0]}], fake_vllm.SamplingParams(max_tokens=2))) == 1
-    finally:
-        llm.shutdown()
+def test_a_sleeping_engine_refuses_work_until_woken(engine: VLLMPolicy, tiny_policy: TransformersPolicy) -> None:
+    llm = engine.llm
+    llm.sleep(level=1)
+    with pytest.raises(RuntimeError, match="sleeps"):
+        llm.generate([{"prompt_token_ids": PROMPT[0]}], fake_vllm.SamplingParams(max_tokens=2))
+    with pytest.raises(RuntimeError, match="weights sleep"):
+        llm.collective_rpc("weights_fingerprint")
+    llm.wake_up(tags=["weights"])
+    assert llm.collective_rpc("weights_fingerprint")[0] == pytest.approx(_param_sum(tiny_policy.model))
+    llm.wake_up(tags=["kv_cache"])
+    assert len(llm.generate([{"prompt_token_ids": PROMPT[0]}], fake_vllm.SamplingParams(max_tokens=2))) == 1
 
 
 def test_three_training_steps_sync_the_fake_engine_each_step(tiny_model_dir: Path, tmp_path: Path,
