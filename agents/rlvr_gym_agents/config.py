@@ -202,10 +202,8 @@ class AlgorithmConfig:
     (``shared_prompt.SharedPromptScorer``: a group's episodes share theirs); the continuations (turns and
     observations) are sorted by length and split into micro-batches within this budget, whose gradients are
     accumulated into one optimizer step (the same step as the whole mini-batch; verl's dynamic batch size).
-    None: one pass over all continuations, padded to the longest. On 128 text-world trajectories of 178-374
-    tokens, 4,096 trained 1.9x faster on 2 CPU cores than one padded pass (``benchmarks/ppo_update_speed.py``,
-    before prompts were shared); 2,048 gave the same speed and 8,192 was slower on the 8 x 8 batch of
-    2026-12-02."""
+    None: one pass over all continuations, padded to the longest (slower: sorted micro-batches pad less).
+    Measurements: docs/results.md."""
     loss: LossConfig = dataclasses.field(default_factory=LossConfig)
     """The policy loss (``policy_loss`` of losses.py)."""
 

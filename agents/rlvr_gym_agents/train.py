@@ -445,11 +445,9 @@ def _seed_everything(seed: int, num_threads: int) -> None:
     seed) and sets torch's CPU threads, once at the start of every run.
 
     The same seed on the same machine gives identical metrics (every key but wall-clock ones) with the default 2
-    threads: measured 2026-12-03 on a small quickstart run twice (SFT 30 steps, 2 RL steps of 8 x 8
-    episodes, two processes side by side on a loaded 2-core machine) and on Echo-v0 in one process
-    (test_reproducible.py), so no deterministic-algorithms switch or thread setting is added here. A run still
-    differs when a time cap binds (``sft.max_time_s``, ``train.max_time_s``, ``train.run_budget_s``): how far
-    it gets then depends on the machine's speed."""
+    threads (docs/results.md, "Reproducibility"; test_reproducible.py), so no deterministic-algorithms switch or
+    thread setting is added here. A run still differs when a time cap binds (``sft.max_time_s``,
+    ``train.max_time_s``, ``train.run_budget_s``): how far it gets then depends on the machine's speed."""
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)

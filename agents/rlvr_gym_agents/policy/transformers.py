@@ -5,10 +5,9 @@ tokenisation live in :mod:`rlvr_gym_agents.policy.chat`, so the ids trained on a
 
 Multi-turn rollouts append an observation after every turn. :class:`TransformersPolicy` keeps the key/value
 cache of each row between calls (:class:`KVState`), so each turn only runs the model over the new tokens
-(the calibration run measured 3.3x faster rollouts with identical trajectories). The cache appends in place
+(faster rollouts, identical trajectories). The cache appends in place
 (:class:`~rlvr_gym_agents.policy.kv.GrowableCache`), and rows that start from identical ids (a GRPO group's
-prompt) are prefilled once: together 1.2x faster rollouts of the quickstart's 8 x 8 batch, same ids
-(``benchmarks/shared_prompt_speed.py``). Rows of one batch have
+prompt) are prefilled once (less work, the same ids; measurements: docs/results.md). Rows of one batch have
 different lengths; new tokens are left-padded and the padding stays in the cache as masked "holes", with
 explicit position ids so each row sees the positions it would see alone.
 
