@@ -22,7 +22,7 @@ from typing import Any
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 
 from rlvr_gym.core import Env
-from rlvr_gym.failures import Failure
+from rlvr_gym.episode import EnvEpisode
 from rlvr_gym.registry import make
 from rlvr_gym.tasks import Task
 
@@ -52,31 +52,40 @@ class RlvrGymTextEnv(BaseTextEnv):  # type: ignore[misc]
         self.env: Env = make(self.task.env_id, **overrides)
         self.max_turns = self.env.max_turns
         self.success = False
+        self.episode: EnvEpisode | None = None
 
     def init(self, prompt: Any) -> tuple[list[dict[str, str]], dict[str, Any]]:
         """Resets the env on the task; the reset observation replaces the dataset's prompt."""
-        observation, info = self.env.reset(options={"task": self.task})
-        return [{"role": "user", "content": observation}], {"task_id": self.task.id, "env_id": self.task.env_id,
-                                                             "tools": info.get("tools")}
+        self.episode, failure = EnvEpisode.start(self.task, lambda env_id: self.env)
+        if self.episode is None:  # the env raised in reset: the episode shows why, and its first step ends it
+            message = failure.message if failure else "the env could not start"
+            return [{"role": "user", "content": message}], {"task_id": self.task.id, "env_id": self.task.env_id}
+        return [{"role": "user", "content": self.episode.observation}], {
+            "task_id": self.task.id, "env_id": self.task.env_id, "tools": self.episode.info.get("tools")}
 
     def step(self, action: str) -> BaseTextEnvStepOutput:
         """Steps the env with the model's text; the observation comes back as a user message unless done."""
-        observation, reward, terminated, truncated, info = self.env.step(action)
         self.turns += 1
-        done = bool(terminated or truncated)
-        self.success = bool(info.get("success", False)) if done else False
-        failure = info.get("failure")
+        if self.episode is None:
+            return BaseTextEnvStepOutput(observations=[], reward=0.0, done=True, postprocessed_action=None,
+                                         metadata={"success": False, "turn": self.turns, "failure": "env_crash"})
+        outcome = self.episode.step(action)  # crash-safe: an env that raises ends the episode with env_crash
+        self.success = outcome.success
         metadata = {"success": self.success, "turn": self.turns,
-                    "failure": failure.kind.value if isinstance(failure, Failure) else None}
-        return BaseTextEnvStepOutput(observations=[] if done else [{"role": "user", "content": observation}],
-                                     reward=float(reward), done=done, metadata=metadata, postprocessed_action=None)
+                    "failure": outcome.failure.kind.value if outcome.failure else None}
+        return BaseTextEnvStepOutput(
+            observations=[] if outcome.done else [{"role": "user", "content": outcome.observation}],
+            reward=outcome.reward, done=outcome.done, metadata=metadata, postprocessed_action=None)
 
     def get_metrics(self) -> dict[str, Any]:
         """Per-episode metrics SkyRL aggregates: ``success`` and ``turns``."""
         return {"success": float(self.success), "turns": self.turns}
 
     def close(self) -> None:
-        self.env.close()
+        if self.episode is not None:
+            self.episode.close()
+        else:
+            self.env.close()
 
 
 def register_skyrl_env(env_class: str = ENV_CLASS) -> str:

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from rlvr_gym.core import Env
+from rlvr_gym.episode import EnvEpisode
 from rlvr_gym.registry import make
 from rlvr_gym.tasks import Task
 
@@ -34,6 +35,8 @@ class TokenEpisode:
         success: ``info["success"]`` of the last step.
         num_turns: env steps taken.
         actions: the decoded actions (for logging).
+        failures: the typed failures of the episode (``Failure.to_dict()``), an env crash included: a crash ends
+            the episode, it never reaches the host trainer as an exception.
     """
 
     prompt_ids: list[int]
@@ -44,6 +47,7 @@ class TokenEpisode:
     success: bool = False
     num_turns: int = 0
     actions: list[str] = dataclasses.field(default_factory=list)
+    failures: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
 
 def prompt_ids(tokenizer: Any, observation: str) -> list[int]:
@@ -71,14 +75,18 @@ def observation_ids(tokenizer: Any, observation: str) -> list[int]:
     return list(tokenizer.encode(after[len(before):].lstrip("\n"), add_special_tokens=False))
 
 
-def _start(task: Task, env_factory: Callable[[str], Env]) -> tuple[Env, str]:
-    env = env_factory(task.env_id)
-    observation, _ = env.reset(options={"task": task})
-    return env, observation
+def start_episode(task: Task, tokenizer: Any, env_factory: Callable[[str], Env] = make
+                  ) -> tuple[EnvEpisode | None, TokenEpisode]:
+    """Builds and resets the env of ``task`` (:class:`rlvr_gym.episode.EnvEpisode`, crash-safe) and the token
+    episode of its first prompt; ``(None, episode with the crash in failures)`` when the env could not start."""
+    env, failure = EnvEpisode.start(task, env_factory)
+    if env is None:
+        return None, TokenEpisode([], failures=[failure.to_dict()] if failure else [])
+    return env, TokenEpisode(prompt_ids(tokenizer, env.observation))
 
 
-def record_turn(episode: TokenEpisode, env: Env, tokenizer: Any, new_ids: list[int], logprobs: list[float],
-                  max_response_tokens: int, encode_observation: Callable[[Any, str], list[int]]) -> bool:
+def record_turn(episode: TokenEpisode, env: EnvEpisode, tokenizer: Any, new_ids: list[int], logprobs: list[float],
+                max_response_tokens: int, encode_observation: Callable[[Any, str], list[int]]) -> bool:
     """Records one generated turn (ids and log-probs), steps ``env`` with its decoded text and appends the next
     observation's ids (mask 0); returns whether the episode is over (ended, or no room for another turn).
 
@@ -92,13 +100,15 @@ def record_turn(episode: TokenEpisode, env: Env, tokenizer: Any, new_ids: list[i
     episode.response_logprobs += [float(x) for x in logprobs]
     action = tokenizer.decode(new_ids, skip_special_tokens=True)
     episode.actions.append(action)
-    observation, reward, terminated, truncated, info = env.step(action)
+    outcome = env.step(action)
     episode.num_turns += 1
-    episode.reward += float(reward)
-    if terminated or truncated:
-        episode.success = bool(info.get("success", False))
+    episode.reward += outcome.reward
+    if outcome.failure is not None:
+        episode.failures.append(outcome.failure.to_dict())
+    if outcome.done:
+        episode.success = outcome.success
         return True
-    obs_ids = encode_observation(tokenizer, observation)
+    obs_ids = encode_observation(tokenizer, outcome.observation)
     if len(episode.response_ids) + len(obs_ids) >= max_response_tokens:
         return True  # no room for the observation and another turn: the episode is cut (reward so far)
     episode.response_ids += obs_ids
@@ -123,16 +133,17 @@ def run_token_episode(task: Task, generate: Generate, tokenizer: Any, *, max_res
     Returns:
         The :class:`TokenEpisode`; the env is closed.
     """
-    env, observation = _start(task, env_factory)
+    env, episode = start_episode(task, tokenizer, env_factory)
+    if env is None:
+        return episode
     try:
-        episode = TokenEpisode(prompt_ids(tokenizer, observation))
         while True:
             new_ids, logprobs = generate(episode.prompt_ids + episode.response_ids)
             if record_turn(episode, env, tokenizer, list(new_ids), list(logprobs), max_response_tokens,
-                             encode_observation):
+                           encode_observation):
                 return episode
     finally:
-        env.close()
+        _close(env, episode)
 
 
 async def run_token_episode_async(task: Task, generate: AsyncGenerate, tokenizer: Any, *,
@@ -140,13 +151,20 @@ async def run_token_episode_async(task: Task, generate: AsyncGenerate, tokenizer
                                   encode_observation: Callable[[Any, str], list[int]] = observation_ids
                                   ) -> TokenEpisode:
     """:func:`run_token_episode` with an async ``generate`` (verl's server manager). Env steps run inline."""
-    env, observation = _start(task, env_factory)
+    env, episode = start_episode(task, tokenizer, env_factory)
+    if env is None:
+        return episode
     try:
-        episode = TokenEpisode(prompt_ids(tokenizer, observation))
         while True:
             new_ids, logprobs = await generate(episode.prompt_ids + episode.response_ids)
             if record_turn(episode, env, tokenizer, list(new_ids), list(logprobs), max_response_tokens,
-                             encode_observation):
+                           encode_observation):
                 return episode
     finally:
-        env.close()
+        _close(env, episode)
+
+
+def _close(env: EnvEpisode, episode: TokenEpisode) -> None:
+    failure = env.close()
+    if failure is not None:
+        episode.failures.append(failure.to_dict())

@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from rlvr_gym.adapters.tokens import TokenEpisode, observation_ids, prompt_ids, record_turn
+from rlvr_gym.adapters.tokens import TokenEpisode, observation_ids, record_turn, start_episode
 from rlvr_gym.core import Env
 from rlvr_gym.registry import make
 from rlvr_gym.tasks import Task
@@ -62,11 +62,9 @@ async def run_verl_episode(server_manager: Any, tokenizer: Any, task: Task, samp
     (``prompt_ids``, ``response_ids``, ``response_mask``, ``response_logprobs``, ``reward_score``,
     ``num_turns``, ``extra_fields``), ``response_*`` at most ``max_response_tokens`` long."""
     request_id = request_id or uuid.uuid4().hex
-    env = await asyncio.to_thread(env_factory, task.env_id)
+    env, episode = await asyncio.to_thread(start_episode, task, tokenizer, env_factory)
     try:
-        observation, _ = await asyncio.to_thread(env.reset, options={"task": task})
-        episode = TokenEpisode(prompt_ids(tokenizer, observation))
-        done = False
+        done = env is None
         while not done:
             budget = max_response_tokens - len(episode.response_ids)
             params = {**sampling_params, "max_tokens": min(int(sampling_params.get("max_tokens", budget)), budget)}
@@ -76,14 +74,15 @@ async def run_verl_episode(server_manager: Any, tokenizer: Any, task: Task, samp
             logprobs = list(output.log_probs or [0.0] * len(new_ids))[: len(new_ids)]
             done = await asyncio.to_thread(_turn, episode, env, tokenizer, new_ids, logprobs, max_response_tokens)
     finally:
-        await asyncio.to_thread(env.close)
+        if env is not None and (failure := await asyncio.to_thread(env.close)) is not None:
+            episode.failures.append(failure.to_dict())
     return {"prompt_ids": episode.prompt_ids, "response_ids": episode.response_ids,
             "response_mask": episode.response_mask, "response_logprobs": episode.response_logprobs,
             "reward_score": episode.reward, "num_turns": 2 * episode.num_turns,  # verl counts user + assistant
-            "extra_fields": {"success": episode.success, "actions": episode.actions}}
+            "extra_fields": {"success": episode.success, "actions": episode.actions, "failures": episode.failures}}
 
 
-def _turn(episode: TokenEpisode, env: Env, tokenizer: Any, new_ids: list[int], logprobs: list[float],
+def _turn(episode: TokenEpisode, env: Any, tokenizer: Any, new_ids: list[int], logprobs: list[float],
           max_response_tokens: int) -> bool:
     if not new_ids:
         return True

@@ -56,6 +56,21 @@ def test_token_episode_keeps_generated_ids_and_masks_observations(tiny: tuple[An
     assert all(lp == 0.0 for lp, m in zip(episode.response_logprobs, episode.response_mask, strict=True) if not m)
 
 
+def test_a_crashing_env_ends_the_token_episode_with_a_typed_failure(tiny: tuple[Any, Any]) -> None:
+    """An env that raises mid-episode must not kill the host trainer's rollout: the episode ends with env_crash."""
+    from rlvr_gym.testing.toy import EchoEnv, echo_tasks
+
+    class Crashing(EchoEnv):
+        def _step(self, action: str) -> Any:
+            raise RuntimeError("the simulator died")
+
+    _, tokenizer = tiny
+    episode = run_token_episode(echo_tasks(1)[0], _scripted(tokenizer, ["say apple"]), tokenizer,
+                                env_factory=lambda env_id: Crashing())
+    assert episode.num_turns == 1 and episode.reward == 0.0 and not episode.success
+    assert [f["kind"] for f in episode.failures] == ["env_crash"] and "simulator died" in episode.failures[0]["message"]
+
+
 def test_skyrl_env_runs_an_episode_to_reward_one() -> None:
     skyrl_gym = pytest.importorskip("skyrl_gym")
     from rlvr_gym.adapters.skyrl import register_skyrl_env, skyrl_dataset
