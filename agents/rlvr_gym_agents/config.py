@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from rlvr_gym.tracking import TRACKERS
 from rlvr_gym_agents.credit import check_credit
 from rlvr_gym_agents.credit.estimators import GiGPOConfig
 from rlvr_gym_agents.policy.lora import LoRAConfig
@@ -265,7 +266,10 @@ class OutputConfig:
     dir: str = "runs/quickstart"
     """Run directory (metrics.jsonl, checkpoints, plots, evaluations); ``{seed}`` is replaced."""
     tensorboard: bool = True
-    """Also log to TensorBoard when it is installed."""
+    """Also log the metrics to TensorBoard (``<dir>/tensorboard``)."""
+    trackers: tuple[str, ...] = ()
+    """More trackers (:mod:`rlvr_gym.tracking`): ``wandb`` (``pip install 'rlvr-gym[wandb]'``), ``mlflow``
+    (``'rlvr-gym[mlflow]'``)."""
     progress: bool = True
     """Show progress bars."""
 
@@ -318,6 +322,9 @@ class TrainConfig:
         if sft.invalid_rate > 0 and sft.invalid_actions is None:
             raise ConfigError(f"sft.invalid_rate={sft.invalid_rate} needs sft.invalid_actions, the function that lists "
                               "the actions the env rejects, e.g. rlvr_gym_textworld:impossible_actions")
+        unknown = sorted(set(self.output.trackers) - set(TRACKERS))
+        if unknown:
+            raise ConfigError(f"unknown output.trackers {unknown}; known: {', '.join(TRACKERS)}")
         if self.env.step_threads is not None and self.env.step_threads < 0:
             raise ConfigError(f"env.step_threads must be >= 0 (0 = step envs one after another), got {self.env.step_threads}")
         if self.env.num_workers < 0:

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
+from rlvr_gym.tracking import progress_bar
 
 
 class Console:
@@ -40,8 +40,8 @@ class Console:
     @contextlib.contextmanager
     def progress(self, total: int, description: str) -> Iterator[Callable[..., None]]:
         """A bar over ``total`` steps; yields ``advance(**postfix)``."""
-        bar = tqdm(total=total, desc=description, disable=not self.progress_enabled, file=sys.stderr,
-                   dynamic_ncols=True, leave=False)
+        # a redrawn bar in a terminal, a plain line now and then in a log (rlvr_gym.tracking.progress_bar)
+        bar = progress_bar(total, desc=description, enabled=self.progress_enabled, file=sys.stderr)
 
         def advance(**postfix: Any) -> None:
             bar.update(1)

@@ -4,40 +4,42 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from rlvr_gym.tracking import make_tracker
+
 
 class MetricsLogger:
-    """Appends one JSON object per record to ``metrics.jsonl``; mirrors scalars to TensorBoard if installed.
+    """Appends one JSON object per record to ``metrics.jsonl`` (the run's own log, cut back on resume) and mirrors
+    its scalars to the trackers of :mod:`rlvr_gym.tracking` (TensorBoard, wandb, MLflow) as ``<phase>/<key>`` at
+    the record's step.
 
     Args:
         run_dir: the run directory.
-        tensorboard: try to open a TensorBoard writer.
+        trackers: tracker names (:data:`rlvr_gym.tracking.TRACKERS` other than ``jsonl``), e.g. ``["tensorboard"]``.
+        config: the run's configuration, logged to the trackers once.
+
+    Raises:
+        ValueError / ModuleNotFoundError: an unknown tracker, or one whose package is not installed (what to
+            install is in the message).
     """
 
-    def __init__(self, run_dir: Path, tensorboard: bool = True) -> None:
+    def __init__(self, run_dir: Path, trackers: Sequence[str] = ("tensorboard",),
+                 config: Mapping[str, Any] | None = None) -> None:
         self.path = run_dir / "metrics.jsonl"
-        self.writer: Any = None
-        if tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-
-                self.writer = SummaryWriter(str(run_dir / "tensorboard"))
-            except ImportError:  # TensorBoard is optional
-                self.writer = None
+        self.tracker = make_tracker([t for t in trackers if t != "jsonl"], run_dir, config=config)
 
     def log(self, record: dict[str, Any]) -> None:
         """Writes ``record`` (must hold ``phase`` and ``step``)."""
         with self.path.open("a", encoding="utf-8") as handle:
             handle.write(json.dumps(record, default=float) + "\n")
-        if self.writer is not None:
-            for key, value in record.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool):
-                    self.writer.add_scalar(f"{record['phase']}/{key}", value, record["step"])
+        self.tracker.log({f"{record['phase']}/{key}": value for key, value in record.items()
+                          if key not in ("phase", "step")}, int(record["step"]))
 
     def num_lines(self) -> int:
         """Records written so far (a checkpoint stores it, so a resumed run can drop what came after)."""
@@ -62,8 +64,7 @@ class MetricsLogger:
         return [json.loads(line) for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
     def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
+        self.tracker.close()
 
 
 def rng_state(generator: torch.Generator) -> dict[str, Any]:

@@ -116,7 +116,8 @@ def _train(config: TrainConfig, env_factory: Callable[..., Env], step_executor: 
     (run_dir / "config.json").write_text(json.dumps(to_dict(config), indent=2) + "\n", encoding="utf-8")
     _seed_everything(config.seed, config.model.num_threads)
     console = Console(config.output.progress)
-    logger = MetricsLogger(run_dir, config.output.tensorboard)
+    logger = MetricsLogger(run_dir, (["tensorboard"] if config.output.tensorboard else []) + list(config.output.trackers),
+                           to_dict(config))
     policy, chat = build_policy(config, run_dir, train_tasks, test_tasks, console)
     trainable = [p for p in policy.model.parameters() if p.requires_grad]  # the adapters only, with LoRA
     optimizer = torch.optim.AdamW(trainable, lr=config.train.learning_rate,

@@ -241,7 +241,7 @@ def test_a_leftover_checkpoint_old_alone_is_used(tiny_model_dir: Path, tmp_path:
 
 
 def test_truncating_the_log_keeps_the_first_records(tmp_path: Path) -> None:
-    logger = MetricsLogger(tmp_path, tensorboard=False)
+    logger = MetricsLogger(tmp_path, trackers=())
     for step in range(5):
         logger.log({"phase": "rl", "step": step})
     with (tmp_path / "metrics.jsonl").open("a", encoding="utf-8") as handle:

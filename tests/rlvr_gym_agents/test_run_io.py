@@ -1,0 +1,30 @@
+"""The run's metrics log mirrors its scalars to the trackers of rlvr_gym.tracking."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from rlvr_gym_agents.config import ConfigError, load_config
+from rlvr_gym_agents.run_io import MetricsLogger
+
+
+def test_metrics_reach_tensorboard_as_phase_slash_key(tmp_path: Path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    logger = MetricsLogger(tmp_path, ["tensorboard"], config={"seed": 3})
+    logger.log({"phase": "rl", "step": 3, "reward_mean": 0.5, "groups_kept": 2, "note": "text is skipped"})
+    logger.log({"phase": "eval", "step": 3, "pass@1_sampled": 0.25})
+    logger.close()
+    assert [json.loads(line)["phase"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == \
+        ["rl", "eval"]
+    events = EventAccumulator(str(tmp_path / "tensorboard")).Reload()
+    tags = set(events.Tags()["scalars"]) | set(events.Tags().get("tensors", []))
+    assert {"rl/reward_mean", "rl/groups_kept", "eval/pass@1_sampled"} <= tags
+    assert not any("note" in tag for tag in tags)
+
+
+def test_an_unknown_tracker_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="unknown output.trackers"):
+        load_config(None, ["output.trackers=[wandbb]"])
