@@ -307,15 +307,16 @@ class _ToolRaisesOnWrongTypes(EchoEnv):
 
 
 class _RaisesOnSurrogates(EchoEnv):
-    """Encodes every action as UTF-8, which raises on a lone surrogate.
+    """Encodes every action as UTF-8, which raises on a lone surrogate: it overrides ``step`` itself, so the base
+    class's guard (a lone surrogate is a parse error before ``_step`` sees it) does not shield it.
 
     Version History:
         v0: test double.
     """
 
-    def _step(self, action: str) -> StepResult:
+    def step(self, action: str) -> StepResult:  # type: ignore[override]
         action.encode("utf-8")
-        return super()._step(action)
+        return super().step(action)
 
 
 def _guess_task() -> Task:

@@ -157,10 +157,12 @@ def test_persistent_sandbox_gives_the_same_verdicts_forks_and_closes() -> None:
     suite = load_suite("code/humaneval_refine")
     env = rlvr_gym.make("code/HumanEval-Refine-v0", persistent_sandbox=True)
     me = psutil.Process()
+    # processes other tests left running (multiprocessing's resource tracker) are not this env's
+    before = {p.pid for p in me.children()}
     env.reset(options={"task": suite[1]})
     assert env.step(suite[1].wrong[0]).reward == 0.0  # type: ignore[index]
     zygote = env.batch_judge()._session  # type: ignore[attr-defined]
-    assert zygote is not None and me.children()  # one long-lived sandbox
+    assert zygote is not None and {c.pid for c in me.children()} - before  # one long-lived sandbox
     clone = env.fork()
     assert clone._batch is None  # type: ignore[attr-defined]
     assert env.step(suite[1].gold[0]).reward == 1.0  # type: ignore[index]
@@ -171,4 +173,5 @@ def test_persistent_sandbox_gives_the_same_verdicts_forks_and_closes() -> None:
     assert env.step(suite[2].gold[0]).reward == 1.0  # type: ignore[index]  # a new zygote takes over
     env.close()
     clone.close()
-    assert [p for p in me.children() if p.is_running() and p.status() != psutil.STATUS_ZOMBIE] == []
+    assert [p for p in me.children() if p.pid not in before and p.is_running()
+            and p.status() != psutil.STATUS_ZOMBIE] == []

@@ -11,7 +11,7 @@ import pytest
 from rlvr_gym import load_suite, spec
 
 config_module = pytest.importorskip("rlvr_gym_agents.config")
-sft = pytest.importorskip("rlvr_gym_agents.warmstart.sft")
+sft = pytest.importorskip("rlvr_gym_agents.warmstart.demonstrations")
 
 RECIPES = Path(__file__).resolve().parents[2] / "agents" / "recipes"
 
