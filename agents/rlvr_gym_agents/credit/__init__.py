@@ -22,8 +22,8 @@ from collections.abc import Callable
 
 import torch
 from torch import Tensor
+from torch.nn.utils.rnn import pad_sequence
 
-from rlvr_gym_agents.batching import pad_right
 from rlvr_gym_agents.credit import tree as tree_credit
 from rlvr_gym_agents.credit.estimators import GiGPOConfig, group_advantages, nonzero_variance_groups
 from rlvr_gym_agents.credit.rewards import episode_return
@@ -61,8 +61,12 @@ class CreditMethod:
 
 def _soft(batch: RolloutBatch, config: CreditConfig) -> list[Tensor]:
     adv = group_advantages(episode_returns(batch, config), batch.groups, config.estimator)
-    return [torch.tensor([0.0] * t.prompt_length + [float(a)] * (len(t.token_ids) - t.prompt_length),
-                         dtype=torch.float32) for t, a in zip(batch.trajectories, adv, strict=True)]
+    rows = []
+    for trajectory, value in zip(batch.trajectories, adv.tolist(), strict=True):
+        row = torch.full((len(trajectory.token_ids),), value, dtype=torch.float32)
+        row[: trajectory.prompt_length] = 0.0
+        rows.append(row)
+    return rows
 
 
 def _gigpo(batch: RolloutBatch, config: CreditConfig) -> list[Tensor]:
@@ -123,8 +127,8 @@ def assign_credit(batch: RolloutBatch, config: CreditConfig) -> Tensor:
     """
     check_credit(config.name, "tree" if batch.trees is not None else "flat")
     rows = CREDIT[config.name].fn(batch, config)
-    return pad_right([row[: len(t.token_ids)].tolist() for row, t in zip(rows, batch.trajectories, strict=True)],
-                     0.0, torch.float32)
+    cropped = [row[: len(t.token_ids)].to(torch.float32) for row, t in zip(rows, batch.trajectories, strict=True)]
+    return pad_sequence(cropped, batch_first=True, padding_value=0.0)
 
 
 def informative_groups(batch: RolloutBatch, config: CreditConfig) -> Tensor:
