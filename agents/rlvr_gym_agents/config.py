@@ -1,7 +1,7 @@
 """Typed training configs: YAML recipes plus ``key=value`` overrides.
 
 A recipe is a YAML file whose sections mirror :class:`TrainConfig` (``model``, ``env``, ``sft``, ``rollout``,
-``algorithm``, ``train``, ``eval``, ``output``) plus a top-level ``seed``. Overrides use dotted paths and
+``algorithm``, ``train``, ``eval``, ``output``, ``cluster``) plus a top-level ``seed``. Overrides use dotted paths and
 YAML values: ``seed=1 train.num_steps=30 algorithm.loss.clip_high=0.28``. Unknown keys are errors that list
 the valid ones. Derived values are computed in one place, :meth:`TrainConfig.derive`.
 """
@@ -275,6 +275,31 @@ class OutputConfig:
 
 
 @dataclasses.dataclass
+class ClusterConfig:
+    """Scale-out on Ray (:mod:`rlvr_gym_agents.cluster`): rollout workers, a learner group, async training.
+
+    The defaults run everything in the trainer's process. Ray starts locally, or joins ``ray_address``.
+    """
+
+    rollout_workers: int = 0
+    """Ray actors that sample episodes, each with a policy replica and its own envs; the step's tasks are sharded
+    across them and every trajectory records the policy version that produced it. 0: the trainer's process samples."""
+    learners: int = 1
+    """torch.distributed ranks of the update (Ray actors in a placement group, DDP, gradients all-reduced); 1: the
+    trainer's process updates."""
+    asynchronous: bool = dataclasses.field(default=False, metadata={"key": "async"})
+    """(YAML key ``async``) Sample step t+1's episodes while step t updates (needs ``rollout_workers >= 1``);
+    trajectories older than ``max_staleness`` policy versions are dropped."""
+    max_staleness: int = 1
+    """Most policy versions a trajectory may lag the learner by in async mode (older ones are dropped)."""
+    ray_address: str | None = None
+    """Ray cluster to join (``ray.init(address=...)``, e.g. ``ray://head:10001`` or ``auto``); None starts a local
+    Ray on this machine."""
+    backend: str = "auto"
+    """torch.distributed backend of the learner group: ``gloo``, ``nccl`` or ``auto`` (nccl on CUDA, else gloo)."""
+
+
+@dataclasses.dataclass
 class TrainConfig:
     """A whole training run (a recipe)."""
 
@@ -288,6 +313,7 @@ class TrainConfig:
     train: TrainLoopConfig = dataclasses.field(default_factory=TrainLoopConfig)
     eval: EvalConfig = dataclasses.field(default_factory=EvalConfig)
     output: OutputConfig = dataclasses.field(default_factory=OutputConfig)
+    cluster: ClusterConfig = dataclasses.field(default_factory=ClusterConfig)
 
     def derive(self) -> TrainConfig:
         """Computes derived values in one visible place; returns self."""
@@ -329,10 +355,24 @@ class TrainConfig:
             raise ConfigError(f"env.step_threads must be >= 0 (0 = step envs one after another), got {self.env.step_threads}")
         if self.env.num_workers < 0:
             raise ConfigError(f"env.num_workers must be >= 0 (0 = in-process envs), got {self.env.num_workers}")
+        self._derive_cluster()
         if self.algorithm.micro_batch_tokens is not None and self.algorithm.micro_batch_tokens < 1:
             raise ConfigError(f"algorithm.micro_batch_tokens must be >= 1 (or null for one pass per mini-batch), "
                               f"got {self.algorithm.micro_batch_tokens}")
         return self
+
+    def _derive_cluster(self) -> None:
+        """Validates the ``cluster`` section."""
+        cluster = self.cluster
+        if cluster.rollout_workers < 0 or cluster.learners < 1 or cluster.max_staleness < 0:
+            raise ConfigError(f"cluster needs rollout_workers >= 0, learners >= 1 and max_staleness >= 0; got "
+                              f"rollout_workers={cluster.rollout_workers}, learners={cluster.learners}, "
+                              f"max_staleness={cluster.max_staleness}")
+        if cluster.asynchronous and cluster.rollout_workers < 1:
+            raise ConfigError("cluster.async=true samples on rollout workers while the learner updates: set "
+                              "cluster.rollout_workers >= 1")
+        if cluster.backend not in ("auto", "gloo", "nccl"):
+            raise ConfigError(f"cluster.backend must be auto, gloo or nccl, got {cluster.backend!r}")
 
     def _derive_rollout(self) -> None:
         """Validates the sampler and credit choice and fills the tree section's derived fields."""
@@ -433,7 +473,7 @@ def _build(cls: type, raw: dict[str, Any], prefix: str) -> Any:
     if not isinstance(raw, dict):
         raise ConfigError(f"{prefix or 'recipe'} must be a mapping, got {raw!r}")
     hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
+    fields = {f.metadata.get("key", f.name): f for f in dataclasses.fields(cls)}  # a YAML key may differ (async)
     kwargs: dict[str, Any] = {}
     for key, value in raw.items():
         name = f"{prefix}{key}"
@@ -441,7 +481,7 @@ def _build(cls: type, raw: dict[str, Any], prefix: str) -> Any:
             close = difflib.get_close_matches(key, fields, n=1)
             hint = f" Did you mean {prefix}{close[0]}?" if close else ""
             raise ConfigError(f"unknown config key {name!r}; valid keys here: {sorted(fields)}.{hint}")
-        kwargs[key] = _coerce(hints[key], value, name)
+        kwargs[fields[key].name] = _coerce(hints[fields[key].name], value, name)
     try:
         return cls(**kwargs)
     except (TypeError, ValueError) as error:

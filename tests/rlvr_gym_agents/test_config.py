@@ -84,3 +84,16 @@ def test_tuple_keys_take_yaml_lists_with_typed_items() -> None:
 def test_bad_tuple_values_name_the_problem(override: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         load_config(None, [override])
+
+
+def test_cluster_section_reads_the_async_key_and_checks_its_values():
+    config = load_config(None, ["cluster.rollout_workers=2", "cluster.learners=2", "cluster.async=true",
+                                "cluster.max_staleness=2"])
+    assert (config.cluster.rollout_workers, config.cluster.learners) == (2, 2)
+    assert config.cluster.asynchronous and config.cluster.max_staleness == 2
+    with pytest.raises(ConfigError, match="rollout_workers >= 1"):
+        load_config(None, ["cluster.async=true"])
+    with pytest.raises(ConfigError, match="learners >= 1"):
+        load_config(None, ["cluster.learners=0"])
+    with pytest.raises(ConfigError, match="Did you mean cluster.async"):
+        load_config(None, ["cluster.asynch=true"])
