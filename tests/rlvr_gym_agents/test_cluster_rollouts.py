@@ -260,3 +260,16 @@ def test_train_with_rollout_workers(ray_session: None, tiny_model_dir: Path, tmp
     records = _rl_records(tmp_path / "run")
     assert [r["step"] for r in records] == [1, 2] and records[0]["tree/leaves_per_task"] == [4, 4]
     assert "failures/env_crash" not in records[1] and "async/staleness_mean" not in records[1]
+
+
+def test_ray_address_flag_sets_the_recipe_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    import rlvr_gym_agents.train as train_module
+    from rlvr_gym_agents import cli
+
+    seen: list[TrainConfig] = []
+    monkeypatch.setattr(train_module, "check_recipe_inputs", lambda config: None)
+    monkeypatch.setattr(train_module, "train", lambda config, started=None: seen.append(config))
+    assert cli.train_main(["agents/recipes/quickstart.yaml", "cluster.rollout_workers=2",
+                           "--ray-address", "ray://head:10001", "seed=4"]) == 0
+    assert seen[0].cluster.ray_address == "ray://head:10001" and seen[0].cluster.rollout_workers == 2
+    assert seen[0].seed == 4
