@@ -167,8 +167,9 @@ class RolloutWorkers:
         model_dir: the run's model directory (every worker loads its architecture and tokenizer from it).
         num_threads: torch threads per worker (default: this machine's cores divided among the workers, at
             least 1).
-        worker_num_cpus: CPUs each actor reserves in Ray's scheduler (default: ``num_threads``, fractions
-            allowed; lower it to pack more workers than cores).
+        worker_num_cpus: CPUs each actor reserves in Ray's scheduler, fractions allowed (default: ``num_threads``
+            on a cluster; on a local Ray, half of this machine's CPUs shared among the workers, so that any
+            number of workers and the env pool's workers can be placed).
 
     Raises:
         ValueError: ``cluster.rollout_workers < 1``.
@@ -183,7 +184,9 @@ class RolloutWorkers:
             raise ValueError(f"RolloutWorkers needs cluster.rollout_workers >= 1, got {count}")
         self.config, self.model_dir = config, model_dir
         self.num_threads = num_threads or max(1, (os.cpu_count() or 1) // count)
-        self.worker_num_cpus = self.num_threads if worker_num_cpus is None else worker_num_cpus
+        local_share = (os.cpu_count() or 1) / (2 * count)
+        default_cpus = self.num_threads if config.cluster.ray_address else min(self.num_threads, local_share)
+        self.worker_num_cpus = default_cpus if worker_num_cpus is None else worker_num_cpus
         self._started_ray = ensure_ray(config.cluster.ray_address, num_cpus=os.cpu_count())
         import ray
 
