@@ -175,7 +175,7 @@ def async_rows(args: argparse.Namespace) -> None:
              "output.progress=false", "output.tensorboard=false", "train.max_time_s=null", "train.run_budget_s=null",
              "model.corpus_episodes=100"]
     began = time.monotonic()
-    train(load_config(QUICKSTART, [*small, f"sft.max_steps={args.sft_steps}", "sft.max_time_s=null",
+    train(load_config(QUICKSTART, [*small, f"sft.max_steps={args.sft_steps}", "sft.max_time_s=100000",
                                    "train.num_steps=0", f"output.dir={root / 'warm'}"]))
     print(f"warm start ({args.sft_steps} SFT steps) in {time.monotonic() - began:.0f} s")
     warm = [*small, f"model.path_or_id={root / 'warm' / 'sft_model'}", "sft.enabled=false",
