@@ -371,8 +371,10 @@ class AsyncRollouts:
         return drop_stale(batch, learner_version=step - 1, max_staleness=self.max_staleness)
 
     def sync_weights(self, named_parameters: Iterable[tuple[str, torch.Tensor]] | None, version: int) -> None:
-        """Broadcasts the weights without waiting for the workers (they load them after the samples in flight)."""
-        self.workers.sync_weights(named_parameters, version, wait=False)
+        """Broadcasts the weights without waiting for the workers when samples are in flight (the workers load them
+        after those); with nothing in flight (the run's first broadcast) it waits, so starting the workers is not
+        counted in the first step."""
+        self.workers.sync_weights(named_parameters, version, wait=not self._pending)
 
     def close(self) -> None:
         """Drops the steps in flight and closes the workers."""
