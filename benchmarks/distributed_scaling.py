@@ -62,6 +62,8 @@ def main() -> None:
     parser.add_argument("--skip-env", action="store_true", help="skip the env-bound rows")
     parser.add_argument("--rl-steps", type=int, default=5, help="RL steps per async/sync trial")
     parser.add_argument("--sft-steps", type=int, default=300, help="warm-start steps (trained once)")
+    parser.add_argument("--warm-model", help="a model directory to start RL from instead of training a warm start "
+                                             "(e.g. the sft_model/ of an earlier run of this benchmark)")
     parser.add_argument("--rollout-workers", type=int, default=2, help="Ray rollout workers of the async/sync trials")
     parser.add_argument("--async-repeats", type=int, default=2, help="interleaved rounds of async and sync")
     args = parser.parse_args()
@@ -175,10 +177,12 @@ def async_rows(args: argparse.Namespace) -> None:
              "output.progress=false", "output.tensorboard=false", "train.max_time_s=null", "train.run_budget_s=null",
              "model.corpus_episodes=100"]
     began = time.monotonic()
-    train(load_config(QUICKSTART, [*small, f"sft.max_steps={args.sft_steps}", "sft.max_time_s=100000",
-                                   "train.num_steps=0", f"output.dir={root / 'warm'}"]))
-    print(f"warm start ({args.sft_steps} SFT steps) in {time.monotonic() - began:.0f} s")
-    warm = [*small, f"model.path_or_id={root / 'warm' / 'sft_model'}", "sft.enabled=false",
+    if args.warm_model is None:
+        train(load_config(QUICKSTART, [*small, f"sft.max_steps={args.sft_steps}", "sft.max_time_s=100000",
+                                       "train.num_steps=0", f"output.dir={root / 'warm'}"]))
+        print(f"warm start ({args.sft_steps} SFT steps) in {time.monotonic() - began:.0f} s")
+    model = args.warm_model or root / "warm" / "sft_model"
+    warm = [*small, f"model.path_or_id={model}", "sft.enabled=false",
             f"train.num_steps={args.rl_steps}", f"cluster.rollout_workers={args.rollout_workers}"]
     rates: dict[str, list[float]] = {"sync": [], "async": []}
     overall: dict[str, list[float]] = {"sync": [], "async": []}

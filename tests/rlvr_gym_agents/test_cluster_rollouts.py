@@ -57,6 +57,12 @@ def test_stale_groups_are_dropped_whole_and_the_rest_renumbered() -> None:
     assert fresh.metrics["async/stale_dropped"] == 0 and fresh.tokens_generated == 12
 
 
+def test_the_trainer_stamps_only_trajectories_without_a_version() -> None:
+    batch = RolloutBatch([_trajectory(0, None), _trajectory(0, 2)])
+    batch.stamp_policy_version(4)  # rl_step: the in-process sampler used the weights of step - 1
+    assert [t.policy_version for t in batch.trajectories] == [4, 2]
+
+
 def test_a_failed_shard_has_every_episode_of_its_tasks_as_a_typed_failure() -> None:
     failure = Failure(FailureKind.ENV_CRASH, "rollout worker 1 died", {"rollout_worker": 1})
     tasks = echo_tasks(2)
