@@ -1,10 +1,10 @@
 """Rollout workers on Ray: N actors sample a step's episodes, each with a policy replica and its own envs.
 
 :class:`RolloutWorkers` has the sampler interface (``sample_batch(tasks, step) -> RolloutBatch``). It shards the
-step's tasks over the workers in contiguous blocks (whole groups per worker: task ``i`` of ``n`` goes to worker
-``i * W // n``-ish, :func:`shard_bounds`), each worker runs the recipe's own sampler on its block (flat or tree,
-built by :func:`rlvr_gym_agents.train.build_sampler`) and the shards are put back together in task order, so the
-batch does not depend on which worker finished first. Each worker seeds its sampling generator from
+step's tasks over the workers in contiguous blocks of whole tasks, so whole groups (:func:`shard_bounds`: sizes
+differ by at most one, the first workers take the extra tasks), each worker runs the recipe's own sampler on its
+block (flat or tree, built by :func:`rlvr_gym_agents.train.build_sampler`) and the shards are put back together in
+task order, so the batch does not depend on which worker finished first. Each worker seeds its sampling generator from
 ``(seed, step, worker index)`` before every step: the same recipe and worker count give the same batch.
 
 Weights: :meth:`RolloutWorkers.sync_weights` puts the trainer's weights (Hugging Face names, LoRA merged) into
