@@ -229,6 +229,13 @@ class RolloutWorkers:
             batches.append(self._ray.get(self._actors[index].sample.remote(block, pending.step, offset)))
         return merge_batches(batches, self.config.rollout.sampler == "tree")
 
+    def cancel(self, pending: Pending) -> None:
+        """Cancels a submitted step: shards still queued never run (a running one finishes; Ray does not interrupt
+        an actor's call)."""
+        for *_, ref in pending.shards:
+            with contextlib.suppress(Exception):  # already done, or its worker is gone
+                self._ray.cancel(ref)
+
     # -- weights --------------------------------------------------------------------------------------------
     def sync_weights(self, named_parameters: Iterable[tuple[str, torch.Tensor]] | None, version: int,
                      wait: bool = True) -> None:
@@ -377,7 +384,9 @@ class AsyncRollouts:
         self.workers.sync_weights(named_parameters, version, wait=not self._pending)
 
     def close(self) -> None:
-        """Drops the steps in flight and closes the workers."""
+        """Cancels the steps in flight (a run stopped early by a time cap has some) and closes the workers."""
+        for pending in self._pending.values():
+            self.workers.cancel(pending)
         self._pending.clear()
         self.workers.close()
 
