@@ -200,11 +200,18 @@ class AlgorithmConfig:
     """Optimizer steps per epoch."""
     micro_batch_tokens: int | None = 4096
     """Padded continuation tokens per forward/backward pass. Each mini-batch's distinct prompts run once
-    (``shared_prompt.SharedPromptScorer``: a group's episodes share theirs); the continuations (turns and
+    (``update.scoring.PrefixTreeScorer``: a group's episodes share theirs); the continuations (turns and
     observations) are sorted by length and split into micro-batches within this budget, whose gradients are
     accumulated into one optimizer step (the same step as the whole mini-batch; verl's dynamic batch size).
     None: one pass over all continuations, padded to the longest (slower: sorted micro-batches pad less).
     Measurements: docs/results.md."""
+    share_tree_prefixes: bool = False
+    """Also run the ids rows of a mini-batch share after their prompt (a rollout tree's turns and observations
+    above its branch points) once, with every leaf's gradient flowing through them
+    (``update.scoring.PrefixTreeScorer``); the same log-probs and gradients as scoring each leaf whole."""
+    min_shared_tokens: int = 1
+    """With ``share_tree_prefixes``: the shortest shared run of ids that gets a pass of its own (shorter runs are
+    scored by each row)."""
     loss: LossConfig = dataclasses.field(default_factory=LossConfig)
     """The policy loss (``policy_loss`` of losses.py)."""
 
@@ -356,6 +363,8 @@ class TrainConfig:
         if self.env.num_workers < 0:
             raise ConfigError(f"env.num_workers must be >= 0 (0 = in-process envs), got {self.env.num_workers}")
         self._derive_cluster()
+        if self.algorithm.min_shared_tokens < 1:
+            raise ConfigError(f"algorithm.min_shared_tokens must be >= 1, got {self.algorithm.min_shared_tokens}")
         if self.algorithm.micro_batch_tokens is not None and self.algorithm.micro_batch_tokens < 1:
             raise ConfigError(f"algorithm.micro_batch_tokens must be >= 1 (or null for one pass per mini-batch), "
                               f"got {self.algorithm.micro_batch_tokens}")

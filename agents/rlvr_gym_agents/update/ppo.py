@@ -2,8 +2,9 @@
 
 :func:`ppo_update` turns a batch of trajectories and their advantages into ``epochs`` x ``num_minibatches``
 optimizer steps of :func:`rlvr_gym_agents.update.losses.policy_loss`. Each mini-batch runs its distinct prompts once
-(:class:`~rlvr_gym_agents.update.scoring.SharedPromptScorer`; a GRPO group's episodes share one) and cuts the
-continuations into length-sorted micro-batches of at most ``micro_batch_tokens`` padded tokens
+(:class:`~rlvr_gym_agents.update.scoring.PrefixTreeScorer`; a GRPO group's episodes share one), with
+``share_tree_prefixes`` also the turns its rows share (a rollout tree's prefixes above its branch points), and cuts
+the continuations into length-sorted micro-batches of at most ``micro_batch_tokens`` padded tokens
 whose gradients are accumulated; the counts and entropy statistics every loss term divides by come from the
 whole mini-batch
 (:func:`~rlvr_gym_agents.update.losses.batch_stats`), so the step does not depend on the split
@@ -24,7 +25,7 @@ from rlvr_gym_agents.rollout.types import Trajectory
 from rlvr_gym_agents.update.correction import rollout_correction
 from rlvr_gym_agents.update.losses import BatchStats, LossConfig, batch_stats, policy_loss
 from rlvr_gym_agents.update.precision import autocast, model_device
-from rlvr_gym_agents.update.scoring import SharedPromptScorer
+from rlvr_gym_agents.update.scoring import PrefixTreeScorer
 
 
 @dataclasses.dataclass
@@ -46,6 +47,11 @@ class UpdateConfig:
     autocast_dtype: str | None = None
     """Forward passes run under ``torch.autocast`` to this dtype (``bfloat16``/``float16``) over fp32 master weights
     (:mod:`rlvr_gym_agents.update.precision`); None: in the parameters' dtype."""
+    share_tree_prefixes: bool = False
+    """Run the ids that rows of a mini-batch share after their prompt (a tree's turns above a branch point) once,
+    as the prompts are (:class:`~rlvr_gym_agents.update.scoring.PrefixTreeScorer`); same log-probs and gradients."""
+    min_shared_tokens: int = 1
+    """With ``share_tree_prefixes``: the shortest shared run of ids that gets a pass of its own."""
 
 
 def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, trajectories: list[Trajectory],
@@ -53,7 +59,8 @@ def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, traject
                pad_token_id: int) -> dict[str, float]:
     """``epochs`` x ``num_minibatches`` clipped policy-gradient steps on a batch of trajectories.
 
-    Each mini-batch's distinct prompts run once (``SharedPromptScorer``); its continuations are split into
+    Each mini-batch's distinct prompts (and, with ``share_tree_prefixes``, shared turns) run once
+    (``PrefixTreeScorer``); its continuations are split into
     length-sorted micro-batches of at most ``micro_batch_tokens`` padded tokens
     (:func:`~rlvr_gym_agents.batching.length_micro_batches`); their gradients are accumulated into one
     optimizer step. Every micro-batch's loss is a summand of the mini-batch loss (counts and entropy statistics
@@ -69,7 +76,6 @@ def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, traject
         micro-batches; ratio and clip fractions: token-weighted means), plus ``grad_norm`` and
         ``train_tokens_per_s`` (real, unpadded tokens).
     """
-    temperature = config.temperature
     batch = _UpdateBatch.build(trajectories, advantages, pad_token_id).to(model_device(model))
     loss_config = config.loss
     if loss_config.aggregation == "seq_mean_token_sum_norm" and loss_config.loss_scale_factor is None:
@@ -77,8 +83,7 @@ def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, traject
         loss_config = dataclasses.replace(loss_config, loss_scale_factor=float(batch.ids.shape[1]))
     if ref_model is not None:
         with torch.no_grad(), autocast(model_device(model), config.autocast_dtype):
-            batch.ref_logp = _score(ref_model, batch, torch.arange(len(trajectories)), config.micro_batch_tokens,
-                                    temperature, with_entropy=False)[0]
+            batch.ref_logp = _score(ref_model, batch, torch.arange(len(trajectories)), config, with_entropy=False)[0]
     correction = _correct_rollout_mismatch(model, batch, loss_config, config) if (
         loss_config.rollout_correction != "none") else {}
     model.train()
@@ -87,8 +92,7 @@ def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, traject
     for _ in range(config.epochs):
         for rows in torch.randperm(len(trajectories)).chunk(min(config.num_minibatches, len(trajectories))):
             optimizer.zero_grad(set_to_none=True)
-            step_metrics = _accumulate_gradients(model, batch, rows, loss_config, config.micro_batch_tokens,
-                                                 temperature, config.autocast_dtype)
+            step_metrics = _accumulate_gradients(model, batch, rows, loss_config, config)
             step_metrics["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(model.parameters(),
                                                                              config.max_grad_norm))
             optimizer.step()
@@ -106,8 +110,7 @@ def _correct_rollout_mismatch(model: torch.nn.Module, batch: _UpdateBatch, loss_
     returns the mismatch metrics."""
     model.eval()
     with torch.no_grad(), autocast(model_device(model), config.autocast_dtype):
-        train_logp = _score(model, batch, torch.arange(len(batch.lengths)), config.micro_batch_tokens,
-                            config.temperature, with_entropy=False)[0]
+        train_logp = _score(model, batch, torch.arange(len(batch.lengths)), config, with_entropy=False)[0]
     batch.rollout_weights, metrics = rollout_correction(
         train_logp, batch.old_logp, batch.mask, loss_config.rollout_correction, loss_config.rollout_correction_cap,
         loss_config.rollout_correction_low, loss_config.rollout_correction_level)
@@ -116,22 +119,21 @@ def _correct_rollout_mismatch(model: torch.nn.Module, batch: _UpdateBatch, loss_
 
 
 def _accumulate_gradients(model: torch.nn.Module, batch: _UpdateBatch, rows: torch.Tensor, loss_config: LossConfig,
-                          max_tokens: int | None, temperature: float,
-                          autocast_dtype: str | None = None) -> dict[str, float]:
+                          config: UpdateConfig) -> dict[str, float]:
     """Backpropagates the loss of mini-batch ``rows``, micro-batch by micro-batch; returns its metrics.
 
     With one micro-batch, ``policy_loss`` takes the statistics from its own forward pass; with several, they come
     from the whole mini-batch (:func:`_minibatch_stats`), so every micro-batch loss is a summand of the same loss.
-    Forward passes run under autocast to ``autocast_dtype`` (None: off); backward passes outside it.
+    Forward passes run under autocast to ``config.autocast_dtype`` (None: off); backward passes outside it.
     """
+    max_tokens, autocast_dtype = config.micro_batch_tokens, config.autocast_dtype
     needs_entropy = (loss_config.entropy_coef > 0 or loss_config.entropy_advantage_weight > 0
                      or loss_config.top_entropy_quantile < 1.0)
     device = model_device(model)
     with autocast(device, autocast_dtype):
-        scorer = batch.scorer(model, rows, temperature)
+        scorer = batch.scorer(model, rows, config, needs_entropy)
         micros = scorer.micro_batches(rows, max_tokens)
-        stats = (_minibatch_stats(model, batch, rows, loss_config, max_tokens, temperature) if len(micros) > 1
-                 else None)
+        stats = _minibatch_stats(model, batch, rows, loss_config, config) if len(micros) > 1 else None
     parts = []
     for micro in micros:
         width = max(batch.lengths[r] for r in micro.tolist())
@@ -179,20 +181,23 @@ class _UpdateBatch:
         return dataclasses.replace(self, ids=self.ids.to(device), mask=self.mask.to(device),
                                    old_logp=self.old_logp.to(device), token_adv=self.token_adv.to(device))
 
-    def scorer(self, model: torch.nn.Module, rows: torch.Tensor, temperature: float) -> SharedPromptScorer:
-        """Runs the distinct prompts of ``rows`` once (with autograd when enabled) to score their continuations."""
-        return SharedPromptScorer(model, self.ids, self.lengths, self.prompt_lengths, rows, temperature,
-                                  self.pad_token_id)
+    def scorer(self, model: torch.nn.Module, rows: torch.Tensor, config: UpdateConfig,
+               with_entropy: bool) -> PrefixTreeScorer:
+        """Runs the shared prefixes of ``rows`` once (with autograd when enabled) to score their continuations."""
+        return PrefixTreeScorer(model, self.ids, self.lengths, self.prompt_lengths, rows, config.temperature,
+                                self.pad_token_id, share_turns=config.share_tree_prefixes,
+                                min_shared_tokens=config.min_shared_tokens, max_tokens=config.micro_batch_tokens,
+                                with_entropy=with_entropy)
 
 
-def _score(model: torch.nn.Module, batch: _UpdateBatch, rows: torch.Tensor, max_tokens: int | None,
-           temperature: float, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _score(model: torch.nn.Module, batch: _UpdateBatch, rows: torch.Tensor, config: UpdateConfig,
+           with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs (and entropies) of ``rows``, micro-batch by micro-batch, as (len(rows), T) zero-padded tensors."""
     logp = torch.zeros(len(rows), batch.ids.shape[1], device=batch.ids.device)
     entropy = torch.zeros_like(logp) if with_entropy else None
     where = {row: i for i, row in enumerate(rows.tolist())}
-    scorer = batch.scorer(model, rows, temperature)
-    for micro in scorer.micro_batches(rows, max_tokens):
+    scorer = batch.scorer(model, rows, config, with_entropy)
+    for micro in scorer.micro_batches(rows, config.micro_batch_tokens):
         width = max(batch.lengths[r] for r in micro.tolist())
         out = [where[r] for r in micro.tolist()]
         micro_logp, micro_entropy = scorer.logprobs(model, micro, with_entropy=with_entropy)
@@ -203,13 +208,13 @@ def _score(model: torch.nn.Module, batch: _UpdateBatch, rows: torch.Tensor, max_
 
 
 def _minibatch_stats(model: torch.nn.Module, batch: _UpdateBatch, rows: torch.Tensor, loss_config: LossConfig,
-                     max_tokens: int | None, temperature: float) -> BatchStats:
+                     config: UpdateConfig) -> BatchStats:
     """Token and sequence counts of the mini-batch, and its entropy statistics when the loss needs them (one
     gradient-free pass, so that micro-batches share them: AEPO's entropy-aware advantage, the top-entropy mask)."""
     entropy = None
     if loss_config.entropy_advantage_weight > 0 or loss_config.top_entropy_quantile < 1.0:
         with torch.no_grad():
-            entropy = _score(model, batch, rows, max_tokens, temperature, with_entropy=True)[1]
+            entropy = _score(model, batch, rows, config, with_entropy=True)[1]
     return batch_stats(batch.mask[rows], entropy, loss_config.top_entropy_quantile)
 
 
