@@ -218,9 +218,11 @@ class PrefixTreeScorer:
                 mask[i, width - len(prefix):] = 1
         index, mask = index.to(self.ids.device), mask.to(self.ids.device)
         cache = DynamicCache()
+        flat_index = index.reshape(-1)
         for layer in range(len(flat_kv) // 2):
-            cache.update(flat_kv[2 * layer][index].transpose(1, 2), flat_kv[2 * layer + 1][index].transpose(1, 2),
-                         layer)
+            keys, values = (t.index_select(0, flat_index).unflatten(0, index.shape).transpose(1, 2)
+                            for t in flat_kv[2 * layer: 2 * layer + 2])
+            cache.update(keys, values, layer)
         return cache, mask
 
     def _continuation_logits(self, model: torch.nn.Module, rows: list[int], starts: torch.Tensor,
