@@ -10,10 +10,12 @@ task, sampled with ``agents/recipes/textworld-tree.yaml``'s tree settings, credi
 overrides any recipe key), :func:`rlvr_gym_agents.update.ppo.ppo_update` runs from the same weights with
 ``algorithm.share_tree_prefixes`` off (per leaf: each leaf's row scored whole after its prompt, the prompts shared as
 always) and on (each ``--min-shared`` value), ``--repeats`` times, the variants interleaved and their order reversed
-every repeat, so a loaded machine slows all alike. Prints per variant the update's wall seconds (min/median/max over
-all batches and repeats), the ratio of medians to per-leaf, the ids the forward passes ran per batch (prefix nodes
+every repeat, so a loaded machine slows all alike. Prints per variant the update's wall and CPU seconds
+(min/median/max over all batches and repeats; with one thread the CPU seconds are the work, which a loaded machine
+disturbs less), the ratios of medians to per-leaf, the ids the forward passes ran per batch (prefix nodes
 plus continuations) against per-leaf scoring, and the largest weight difference to the per-leaf step (the update
-must be the same up to float rounding). Numbers only; no verdicts.
+must be the same up to float rounding). ``--set rollout.sampler=flat`` measures flat GRPO groups instead (rows share
+the prompt and, where episodes took the same first actions, more). Numbers only; no verdicts.
 
 The model defaults to the quickstart's checkpoint when it exists (a policy with some skill, whose trees branch
 where entropies rise), else the tree recipe's randomly initialised tiny model is built in a temporary folder.
@@ -32,10 +34,9 @@ import torch
 from rlvr_gym_agents.config import TrainConfig, load_config
 from rlvr_gym_agents.console import Console
 from rlvr_gym_agents.credit import assign_credit
-from rlvr_gym_agents.policy import SamplingParams, TransformersPolicy
+from rlvr_gym_agents.policy import TransformersPolicy
 from rlvr_gym_agents.rollout import Trajectory
-from rlvr_gym_agents.rollout.tree_sampler import TreeSampler
-from rlvr_gym_agents.train import build_policy, credit_config, update_config
+from rlvr_gym_agents.train import build_policy, build_sampler, credit_config, update_config
 from rlvr_gym_agents.update.ppo import ppo_update
 from rlvr_gym_agents.update.scoring import prefix_tree
 
@@ -55,15 +56,17 @@ def forward_ids(trajectories: list[Trajectory], min_shared: int | None) -> int:
 
 
 def timed_update(config: TrainConfig, policy: TransformersPolicy, trajectories: list[Trajectory],
-                 advantages: torch.Tensor, min_shared: int | None) -> tuple[float, dict[str, torch.Tensor]]:
+                 advantages: torch.Tensor, min_shared: int | None) -> tuple[float, float, dict[str, torch.Tensor]]:
+    """Wall and CPU seconds of one ``ppo_update`` from the policy's weights, and the weights after it."""
     model = copy.deepcopy(policy.model)
     update = update_config(config)
     update.share_tree_prefixes = min_shared is not None
     update.min_shared_tokens = min_shared or 1
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.train.learning_rate)
-    began = time.perf_counter()
+    began, began_cpu = time.perf_counter(), time.process_time()
     ppo_update(model, optimizer, trajectories, advantages, update, None, policy.pad_token_id)
-    return time.perf_counter() - began, {k: v.detach().clone() for k, v in model.state_dict().items()}
+    return (time.perf_counter() - began, time.process_time() - began_cpu,
+            {k: v.detach().clone() for k, v in model.state_dict().items()})
 
 
 def main() -> None:
@@ -83,14 +86,14 @@ def main() -> None:
     num_tasks = args.tasks or config.train.tasks_per_step
     variants: dict[str, int | None] = {"per leaf": None, **{f"shared min={m}": m for m in args.min_shared}}
     seconds: dict[str, list[float]] = {name: [] for name in variants}
+    cpu_seconds: dict[str, list[float]] = {name: [] for name in variants}
     ids_run: dict[str, list[int]] = {name: [] for name in variants}
     weight_diff = dict.fromkeys(variants, 0.0)
     policy, chat = build_policy(config, Path(tempfile.mkdtemp(prefix="tree-prefix-")), None, [], Console(False))
-    sampling = SamplingParams(config.rollout.temperature, config.rollout.top_p, config.rollout.max_new_tokens)
     for batch_index in range(args.batches):
         policy.generator.manual_seed(batch_index)
         tasks = suite[batch_index * num_tasks: (batch_index + 1) * num_tasks]
-        rollout = TreeSampler(policy, chat, config.rollout.tree, sampling=sampling).sample_batch(tasks, batch_index)
+        rollout = build_sampler(config, policy, chat).sample_batch(tasks, batch_index)
         advantages = assign_credit(rollout, credit_config(config))
         trajectories = rollout.trajectories
         print(f"batch {batch_index}: {len(trajectories)} leaves, {sum(len(t.token_ids) for t in trajectories)} ids, "
@@ -101,22 +104,25 @@ def main() -> None:
             names = list(variants) if repeat % 2 == 0 else list(reversed(variants))
             weights: dict[str, dict[str, torch.Tensor]] = {}
             for name in names:
-                elapsed, weights[name] = timed_update(config, policy, trajectories, advantages, variants[name])
+                elapsed, cpu, weights[name] = timed_update(config, policy, trajectories, advantages, variants[name])
                 seconds[name].append(elapsed)
+                cpu_seconds[name].append(cpu)
             for name in variants:
                 weight_diff[name] = max(weight_diff[name], max(
                     float((weights[name][k] - v).abs().max()) for k, v in weights["per leaf"].items()))
-    base = statistics.median(seconds["per leaf"])
-    print(f"\n{args.batches} batches x {args.repeats} repeats, {args.threads} thread(s); update seconds per batch")
-    print(f"{'variant':<16} {'min':>7} {'median':>7} {'max':>7} {'ratio':>6} {'ids run':>8} {'ratio':>6} "
-          f"{'max |dw|':>9}")
+    print(f"\n{args.batches} batches x {args.repeats} repeats, {args.threads} thread(s); seconds per update "
+          "(wall, and CPU: the process's own, less sensitive to a loaded machine)")
+    print(f"{'variant':<16} {'wall min':>8} {'median':>7} {'max':>7} {'ratio':>6} {'CPU min':>8} {'median':>7} "
+          f"{'max':>7} {'ratio':>6} {'ids run':>8} {'ratio':>6} {'max |dw|':>9}")
     for name in variants:
-        s = seconds[name]
         run = statistics.mean(ids_run[name])
-        print(f"{name:<16} {min(s):>7.3f} {statistics.median(s):>7.3f} {max(s):>7.3f} "
-              f"{statistics.median(s) / base:>6.2f} {run:>8.0f} {run / statistics.mean(ids_run['per leaf']):>6.2f} "
+        cells = []
+        for table in (seconds, cpu_seconds):
+            s = table[name]
+            cells.append(f"{min(s):>8.3f} {statistics.median(s):>7.3f} {max(s):>7.3f} "
+                         f"{statistics.median(s) / statistics.median(table['per leaf']):>6.2f}")
+        print(f"{name:<16} {' '.join(cells)} {run:>8.0f} {run / statistics.mean(ids_run['per leaf']):>6.2f} "
               f"{weight_diff[name]:>9.2e}")
-
 
 if __name__ == "__main__":
     main()
