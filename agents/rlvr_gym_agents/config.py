@@ -209,9 +209,10 @@ class AlgorithmConfig:
     """Also run the ids rows of a mini-batch share after their prompt (a rollout tree's turns and observations
     above its branch points) once, with every leaf's gradient flowing through them
     (``update.scoring.PrefixTreeScorer``); the same log-probs and gradients as scoring each leaf whole."""
-    min_shared_tokens: int = 1
+    min_shared_tokens: int = 32
     """With ``share_tree_prefixes``: the shortest shared run of ids that gets a pass of its own (shorter runs are
-    scored by each row)."""
+    scored by each row: one more level of passes costs more than it saves on a small model). 32 was the fastest
+    of 1-128 on text-world trees (docs/results.md, issue 25)."""
     loss: LossConfig = dataclasses.field(default_factory=LossConfig)
     """The policy loss (``policy_loss`` of losses.py)."""
 

@@ -189,7 +189,8 @@ def test_the_update_with_tree_prefixes_shared_equals_the_per_leaf_one(tiny_polic
         reference = copy.deepcopy(tiny_policy.model).eval()
         config = load_config(None, ["algorithm.epochs=1", "algorithm.num_minibatches=1",
                                     f"algorithm.micro_batch_tokens={budget}",
-                                    f"algorithm.share_tree_prefixes={share}", *overrides])
+                                    f"algorithm.share_tree_prefixes={share}", "algorithm.min_shared_tokens=1",
+                                    *overrides])
         assert update_config(config).share_tree_prefixes == (share == "true")
         optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
         metrics = ppo_update(model, optimizer, trajectories, advantages, update_config(config),

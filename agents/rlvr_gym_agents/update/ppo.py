@@ -50,7 +50,7 @@ class UpdateConfig:
     share_tree_prefixes: bool = False
     """Run the ids that rows of a mini-batch share after their prompt (a tree's turns above a branch point) once,
     as the prompts are (:class:`~rlvr_gym_agents.update.scoring.PrefixTreeScorer`); same log-probs and gradients."""
-    min_shared_tokens: int = 1
+    min_shared_tokens: int = 32
     """With ``share_tree_prefixes``: the shortest shared run of ids that gets a pass of its own."""
 
 
