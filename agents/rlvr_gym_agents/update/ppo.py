@@ -47,7 +47,7 @@ class UpdateConfig:
     autocast_dtype: str | None = None
     """Forward passes run under ``torch.autocast`` to this dtype (``bfloat16``/``float16``) over fp32 master weights
     (:mod:`rlvr_gym_agents.update.precision`); None: in the parameters' dtype."""
-    share_tree_prefixes: bool = False
+    share_tree_prefixes: bool = True
     """Run the ids that rows of a mini-batch share after their prompt (a tree's turns above a branch point) once,
     as the prompts are (:class:`~rlvr_gym_agents.update.scoring.PrefixTreeScorer`); same log-probs and gradients."""
     min_shared_tokens: int = 32
