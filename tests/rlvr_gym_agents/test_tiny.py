@@ -13,6 +13,8 @@ from rlvr_gym_agents.run_io import save_model_dir
 from rlvr_gym_agents.warmstart.tiny import (
     BPE_CHAT_TEMPLATE,
     CHAT_TEMPLATE,
+    DEFAULT_VOCAB_SIZE,
+    TOKENIZER_KINDS,
     build_bpe_tokenizer,
     build_model,
     build_tokenizer,
@@ -120,3 +122,9 @@ def test_checkpoint_generates_the_same_ids_with_plain_auto_classes(checkpoint_di
     out = model.generate(plain_prompt, do_sample=False, max_new_tokens=12, eos_token_id=tokenizer.eos_token_id,
                          pad_token_id=tokenizer.pad_token_id)
     assert out[0, len(prompt):].tolist() == ours.token_ids
+
+
+def test_config_defaults_match_the_builder() -> None:
+    from rlvr_gym_agents.config import ModelConfig
+
+    assert ModelConfig().vocab_size == DEFAULT_VOCAB_SIZE and ModelConfig().tokenizer in TOKENIZER_KINDS
