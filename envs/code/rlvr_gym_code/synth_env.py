@@ -41,6 +41,8 @@ SOLVED = "All tests passed."
 FIX = "Fix the function."
 MAX_SHOWN_CHARS = 60
 """A value longer than this is cut in the feedback (the whole episode must fit a 512-token context)."""
+LIMIT_KINDS = (FailureKind.MEMORY_LIMIT, FailureKind.OUTPUT_LIMIT, FailureKind.DISK_LIMIT, FailureKind.PROCESS_LIMIT)
+"""Failures whose message, not the failing call, is the feedback (the call failed because of the limit)."""
 _SETUP = '''
 import json
 
@@ -132,13 +134,16 @@ def verify_synth(
 def feedback(report: JudgeReport) -> str:
     """The observation after a failing attempt, one or two short lines.
 
-    The first failing call with its expected and actual value (or the exception it raised), else the first
-    line of the judge's reason (syntax error, timeout, limit) or the exception's last line for a program
+    The sandbox limit the program hit (memory, output, disk, processes), else the first failing call with
+    its expected and actual value (or the exception it raised), else the first line of the judge's reason (syntax error, timeout, limit) or the exception's last line for a program
     that raised while loading; then the tail of what the program printed, if anything.
     """
     reason = report.reason.strip()
     head, _, rest = reason.partition("\n")
-    if head.startswith("test failed") and rest.strip():
+    if report.failure is not None and report.failure.kind in LIMIT_KINDS:
+        text = report.failure.message.splitlines()[0][:200]
+        text = text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")
+    elif head.startswith("test failed") and rest.strip():
         text = f"Test failed: {rest.strip().splitlines()[-1]}."
     elif head.startswith("the program raised while loading") and rest.strip():
         text = f"Your code raised while loading: {rest.strip().splitlines()[-1][:200]}."
