@@ -196,7 +196,9 @@ def _draw_params(primitive: Primitive, rng: np.random.Generator, after_upper: bo
         params["k"] = int(rng.integers(primitive.k_range[0], primitive.k_range[1] + 1))
     if primitive.name == "replace":
         a, b = (str(c) for c in rng.choice(list(LETTERS), size=2, replace=False))
-        params.update(a=a.upper(), b=b.upper()) if after_upper else params.update(a=a, b=b)
+        if after_upper:  # after upper case only capitals are left to replace
+            a, b = a.upper(), b.upper()
+        params.update(a=a, b=b)
     return params
 
 
