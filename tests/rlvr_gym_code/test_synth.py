@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 
 import pytest
 from rlvr_gym_code import malformed_programs
@@ -37,7 +38,7 @@ def test_split() -> list[Task]:
 
 
 @pytest.fixture
-def env() -> SynthEnv:
+def env() -> Iterator[SynthEnv]:
     made = rlvr_gym.make(ENV_ID, timeout_s=2.0)
     yield made
     made.close()
@@ -215,9 +216,9 @@ def test_demonstrations_recover_from_near_misses_and_slips(train: list[Task]) ->
 
     rng = random.Random(0)
     demos = [demonstrate(task, oracle_expert, 0.4, rng, invalid_rate=0.3, invalid_actions=malformed_programs)
-             for task in train[:12]]
+             for task in train[:8]]
     assert all(d.actions[-1] == t.gold[0] for d, t in zip(demos, train) if d.success)  # type: ignore[index]
-    assert sum(d.success for d in demos) >= 8
+    assert sum(d.success for d in demos) >= 6
     recovered = [d for d in demos if d.success and len(d.actions) > 1]
     assert recovered and all(not all(d.trained) for d in recovered)
     seen = "\n".join(o for d in demos for o in d.observations)
