@@ -9,8 +9,10 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import json
 import os
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -124,7 +126,8 @@ def test_two_ranks_compute_the_same_step_as_one(group: LearnerGroup, batch: tupl
     expected = ppo_update(one, optimizer, trajectories, advantages, update_config(config), ref, 0)
 
     mirror = load_policy(config, str(tiny_model_dir)).model
-    group.config, group.mirror, group.pad_token_id = update_config(config), mirror, 0
+    mirror_optimizer = build_optimizer(config, mirror)
+    group.config, group.mirror, group.mirror_optimizer = update_config(config), mirror, mirror_optimizer
     group.load_state(initial, build_optimizer(config, copy.deepcopy(one)).state_dict())
     torch.manual_seed(11)  # the group draws the mini-batches in this process, as ppo_update does
     version = group.version
@@ -136,6 +139,10 @@ def test_two_ranks_compute_the_same_step_as_one(group: LearnerGroup, batch: tupl
     assert _relative_difference(one.state_dict(), two) <= 1e-6
     assert _relative_difference(two, mirror.state_dict()) == 0.0
     assert group.version == version + 1
+    group.pull_optimizer_state()  # what a checkpoint saves: rank 0's AdamW moments, equal to one rank's
+    for moment in ("exp_avg", "exp_avg_sq"):
+        assert _relative_difference({str(k): v[moment] for k, v in optimizer.state_dict()["state"].items()},
+                                    {str(k): v[moment] for k, v in mirror_optimizer.state_dict()["state"].items()}) < 1e-5
     assert metrics.keys() == expected.keys()
     for key in expected:
         if key != "train_tokens_per_s":
@@ -172,3 +179,67 @@ def test_one_learner_updates_in_process_without_ray(tiny_model_dir: Path, tmp_pa
     policy = load_policy(config, str(tiny_model_dir))
     updater = build_updater(config, policy, build_optimizer(config, policy.model), tmp_path)
     assert isinstance(updater, PPOUpdater) and updater.model is policy.model
+
+
+NUM_STEPS = 3
+
+
+def _train_argv(tiny_model_dir: Path, tmp_path: Path) -> list[str]:
+    """A flat-sampler Echo run of ``NUM_STEPS`` RL steps on 2 learner ranks, a checkpoint after every step."""
+    TaskSuite("train", echo_tasks(8, "train")).save(tmp_path / "train.jsonl")
+    TaskSuite("test", echo_tasks(4, "test")).save(tmp_path / "test.jsonl")
+    (tmp_path / "recipe.yaml").write_text("seed: 3\n", encoding="utf-8")
+    return [str(tmp_path / "recipe.yaml"), f"model.path_or_id={tiny_model_dir}", "env.env_id=testing/Echo-v0",
+            f"env.train_suite={tmp_path / 'train.jsonl'}", f"env.test_suite={tmp_path / 'test.jsonl'}",
+            "sft.enabled=false", "rollout.max_new_tokens=4", "train.tasks_per_step=2", "train.group_size=4",
+            "algorithm.drop_zero_variance_groups=false", f"train.num_steps={NUM_STEPS}", "train.checkpoint_every=1",
+            "eval.num_tasks=2", "eval.k=1", "eval.greedy=false", f"output.dir={tmp_path / 'run'}",
+            "output.progress=false", "output.tensorboard=false", "model.num_threads=1", "cluster.learners=2"]
+
+
+@pytest.mark.slow  # two training runs on 2 learner ranks each (~80 s on a busy 2-core machine)
+def test_a_killed_learner_rank_stops_the_run_and_a_rerun_resumes_without_losing_or_repeating_a_step(
+        ray_session: None, tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    argv, run = _train_argv(tiny_model_dir, tmp_path), tmp_path / "run"
+    gather, killed = LearnerGroup._gather, []
+
+    def kill_rank_1_during_update_2(self: LearnerGroup, refs: list[Any], what: str) -> list[Any]:
+        if what == "update 2":  # the ranks have their work (rank 0 then waits for rank 1 in a collective)
+            os.kill(killed[1], signal.SIGKILL)
+        results = gather(self, refs, what)
+        if what == "update 1":  # an actor runs its calls in turn: ask for the pids between updates
+            killed.extend(self.pids())
+        return results
+
+    monkeypatch.setattr(LearnerGroup, "_gather", kill_rank_1_during_update_2)
+    assert train_main(argv) == 1
+    error = capsys.readouterr().err
+    assert "learner rank 1 died during update 2" in error and "resume from the last checkpoint" in error
+    assert torch.load(run / "checkpoint" / "trainer_state.pt", weights_only=False)["step"] == 1
+    _wait_until_gone(killed)  # the group killed rank 0 too
+
+    monkeypatch.setattr(LearnerGroup, "_gather", gather)
+    assert train_main(argv) == 0
+    output = capsys.readouterr().err
+    assert f"resumed from {run / 'checkpoint'} at RL step 1" in output
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert [r["step"] for r in records if r["phase"] == "rl"] == list(range(1, NUM_STEPS + 1))
+    assert [r["step"] for r in records if r["phase"] == "eval"] == [0, NUM_STEPS]
+    assert torch.load(run / "checkpoint" / "trainer_state.pt", weights_only=False)["step"] == NUM_STEPS
+
+
+def _wait_until_gone(pids: list[int], timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    for pid in pids:
+        while _alive(pid):
+            assert time.monotonic() < deadline, f"learner process {pid} still runs after the group was closed"
+            time.sleep(0.1)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
