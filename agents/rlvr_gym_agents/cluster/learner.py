@@ -37,7 +37,8 @@ equal because every rank loads the same state (DDP's initial broadcast).
 Tested here: CPU, gloo, one machine, loopback rendezvous, 2 ranks (``tests/rlvr_gym_agents/test_cluster_learner.py``:
 2 ranks equal 1 rank after a step within 1e-6 relative; a SIGKILLed rank stops the run with a TrainingError and the
 rerun resumes). Not tested here: NCCL on GPUs, ranks on several nodes (the rendezvous then uses rank 0's node
-address; ``cluster.ray_address`` joins the cluster), and FSDP2 (``torch.distributed.fsdp.fully_shard``) for models
+address; ``cluster.ray_address`` joins the cluster; every rank reads the model directory, and with a KL term
+``output.dir/sft_model``, from its own disk, so they must be on a shared filesystem), and FSDP2 (``torch.distributed.fsdp.fully_shard``) for models
 that do not fit one device -- not implemented: each rank holds a whole replica.
 """
 
@@ -200,7 +201,7 @@ class LearnerRank:
         return str(ray.get_runtime_context().get_node_id())
 
     def join(self, init_method: str, backend: str, timeout_s: float) -> None:
-        """Joins the process group (blocks until every rank has joined, at most ``timeout_s``)."""
+        """Joins the process group (blocks until every rank has joined); ``timeout_s`` bounds every collective."""
         import torch.distributed as dist
 
         dist.init_process_group(backend, init_method=init_method, rank=self.rank, world_size=self.world_size,
@@ -255,7 +256,9 @@ class LearnerGroup:
         ray_address: a Ray cluster to join (None: this process's Ray, or a local one started here).
         num_cpus_per_rank: CPUs each rank's placement-group bundle reserves in Ray's scheduler.
         threads_per_rank: torch CPU threads of each rank.
-        timeout_s: the longest wait for the placement group, the rendezvous and a collective.
+        start_timeout_s: the longest wait for the placement group and for the ranks to start and join.
+        collective_timeout_s: how long a rank waits in one collective (torch.distributed's process-group timeout)
+            before it fails; an update itself has no time limit (a rank that dies ends it at once).
 
     Raises:
         ValueError: ``num_ranks < 1`` or a bad backend.
@@ -267,12 +270,13 @@ class LearnerGroup:
                  config: UpdateConfig, pad_token_id: int, *, reference_factory: ReferenceFactory | None = None,
                  mirror: torch.nn.Module | None = None, mirror_optimizer: torch.optim.Optimizer | None = None,
                  backend: str = "auto", device: str = "cpu", ray_address: str | None = None,
-                 num_cpus_per_rank: float = 1.0, threads_per_rank: int = 1, timeout_s: float = 600.0) -> None:
+                 num_cpus_per_rank: float = 1.0, threads_per_rank: int = 1, start_timeout_s: float = 120.0,
+                 collective_timeout_s: float = 1800.0) -> None:
         if num_ranks < 1:
             raise ValueError(f"a learner group needs num_ranks >= 1, got {num_ranks}")
         self.backend = resolve_backend(backend, device)
         self.num_ranks, self.config, self.pad_token_id = num_ranks, config, pad_token_id
-        self.mirror, self.mirror_optimizer, self.timeout_s = mirror, mirror_optimizer, timeout_s
+        self.mirror, self.mirror_optimizer = mirror, mirror_optimizer
         self.version = 0
         self._closed = False
         num_gpus = 1 if torch.device(device).type == "cuda" else 0
@@ -285,10 +289,10 @@ class LearnerGroup:
         self._placement = placement_group([dict(bundle) for _ in range(num_ranks)], strategy="PACK")
         self.ranks: list[Any] = []
         try:
-            ready, _ = ray.wait([self._placement.ready()], timeout=timeout_s)
+            ready, _ = ray.wait([self._placement.ready()], timeout=start_timeout_s)
             if not ready:
                 raise self._error(f"the placement group of {num_ranks} learner bundles {bundle} was not scheduled "
-                                  f"within {timeout_s:g} s; Ray has {ray.available_resources()} free. Lower "
+                                  f"within {start_timeout_s:g} s; Ray has {ray.available_resources()} free. Lower "
                                   f"cluster.learners or add resources")
             actor = ray.remote(LearnerRank)
             self.ranks = [actor.options(
@@ -296,11 +300,11 @@ class LearnerGroup:
                 scheduling_strategy=PlacementGroupSchedulingStrategy(self._placement, placement_group_bundle_index=i),
             ).remote(i, num_ranks, model_factory, optimizer_factory, reference_factory, threads_per_rank)
                 for i in range(num_ranks)]
-            host, port = self._gather([self.ranks[0].rendezvous.remote()], "the rendezvous")[0]
-            nodes = self._gather([rank.node_id.remote() for rank in self.ranks], "start")
+            host, port = self._gather([self.ranks[0].rendezvous.remote()], "the rendezvous", start_timeout_s)[0]
+            nodes = self._gather([rank.node_id.remote() for rank in self.ranks], "start", start_timeout_s)
             address = "127.0.0.1" if len(set(nodes)) == 1 else host  # one machine: loopback
-            self._gather([rank.join.remote(f"tcp://{address}:{port}", self.backend, timeout_s)
-                          for rank in self.ranks], "joining the process group")
+            self._gather([rank.join.remote(f"tcp://{address}:{port}", self.backend, collective_timeout_s)
+                          for rank in self.ranks], "joining the process group", start_timeout_s)
         except BaseException:
             self.close()
             raise
@@ -372,19 +376,20 @@ class LearnerGroup:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _gather(self, refs: list[Any], what: str) -> list[Any]:
-        """``ray.get`` of one call per rank (or rank 0 only), in order; on the first failure the group is closed
-        and a TrainingError names the ranks that died (or the one that raised)."""
+    def _gather(self, refs: list[Any], what: str, timeout_s: float | None = None) -> list[Any]:
+        """``ray.get`` of one call per rank (or rank 0 only), in order, waiting at most ``timeout_s`` for each (None:
+        as long as it takes); on the first failure the group is closed and a TrainingError names the ranks that died
+        (or the one that raised)."""
         import ray
 
         index = {ref: i for i, ref in enumerate(refs)}
         results: dict[int, Any] = {}
         pending = list(refs)
         while pending:
-            ready, pending = ray.wait(pending, num_returns=1, timeout=self.timeout_s)
+            ready, pending = ray.wait(pending, num_returns=1, timeout=timeout_s)
             if not ready:
                 self.close()
-                raise self._error(f"the learner ranks did not finish {what} within {self.timeout_s:g} s")
+                raise self._error(f"the learner ranks did not finish {what} within {timeout_s:g} s")
             try:
                 results[index[ready[0]]] = ray.get(ready[0])
             except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as error:
