@@ -204,10 +204,11 @@ def test_a_killed_learner_rank_stops_the_run_and_a_rerun_resumes_without_losing_
     argv, run = _train_argv(tiny_model_dir, tmp_path), tmp_path / "run"
     gather, killed = LearnerGroup._gather, []
 
-    def kill_rank_1_during_update_2(self: LearnerGroup, refs: list[Any], what: str) -> list[Any]:
+    def kill_rank_1_during_update_2(self: LearnerGroup, refs: list[Any], what: str,
+                                    timeout_s: float | None = None) -> list[Any]:
         if what == "update 2":  # the ranks have their work (rank 0 then waits for rank 1 in a collective)
             os.kill(killed[1], signal.SIGKILL)
-        results = gather(self, refs, what)
+        results = gather(self, refs, what, timeout_s)
         if what == "update 1":  # an actor runs its calls in turn: ask for the pids between updates
             killed.extend(self.pids())
         return results
