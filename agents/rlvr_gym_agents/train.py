@@ -9,7 +9,8 @@ zero-variance groups), each line a stage package:
 2. **credit** (:mod:`rlvr_gym_agents.credit`): per-token advantages of ``algorithm.credit`` (soft, gigpo, treerl,
    ...), the invalid-action penalty applied once;
 3. **drop** the groups whose returns are all equal (zero advantage; DAPO dynamic sampling);
-4. **update** (:mod:`rlvr_gym_agents.update`): ``epochs`` x ``num_minibatches`` clipped policy-gradient steps;
+4. **update** (:mod:`rlvr_gym_agents.update`): ``epochs`` x ``num_minibatches`` clipped policy-gradient steps, in
+   this process or on ``cluster.learners`` torch.distributed ranks (:class:`rlvr_gym_agents.cluster.LearnerGroup`);
 5. **sync** the weights to a separate rollout engine (vLLM); no-op for the transformers engine;
 6. **log / evaluate / checkpoint** (metrics.jsonl, TensorBoard; held-out evaluation every ``eval.every_steps``;
    an atomic checkpoint every ``train.checkpoint_every``; a rerun in the same ``output.dir`` resumes from it).
@@ -101,7 +102,8 @@ def train(config: TrainConfig, started: float | None = None) -> dict[str, Any]:
     Raises:
         rlvr_gym.UnknownEnvError / rlvr_gym.SuiteNotFoundError: an env id or suite of the recipe does not exist
             (before any work).
-        TrainingError: every episode of an RL step crashed.
+        TrainingError: every episode of an RL step crashed, or a learner rank died (``cluster.learners > 1``; a
+            rerun resumes from the last checkpoint).
     """
     with (contextlib.ExitStack() as closing, env_factory_of(config) as env_factory,
           step_executor_of(config) as step_executor):
@@ -111,7 +113,7 @@ def train(config: TrainConfig, started: float | None = None) -> dict[str, Any]:
 def _train(config: TrainConfig, env_factory: Callable[..., Env], step_executor: Executor | None,
            began: float, closing: contextlib.ExitStack) -> dict[str, Any]:
     """:func:`train` with envs from ``env_factory`` (stepped on ``step_executor``), counting time from ``began``;
-    rollout workers are closed with ``closing``."""
+    what the run starts on Ray (rollout workers, a learner group) is closed with ``closing``."""
     train_tasks, test_tasks = load_task_sources(config)
     run_dir = Path(config.output.dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -294,7 +296,7 @@ def build_updater(config: TrainConfig, policy: TransformersPolicy, optimizer: to
     """What updates the policy: :func:`ppo_update` in this process (``cluster.learners = 1``), or a
     :class:`~rlvr_gym_agents.cluster.LearnerGroup` of ``cluster.learners`` torch.distributed ranks on Ray that
     starts from ``policy``'s weights and ``optimizer``'s state and loads its new weights back into ``policy``."""
-    sft_dir = run_dir / "sft_model"
+    sft_dir, model_dir = run_dir / "sft_model", config.model.path_or_id or str(run_dir / "tiny_init")
     with_kl = config.algorithm.loss.kl_coef > 0
     if config.cluster.learners == 1:
         return PPOUpdater(policy.model, optimizer, update_config(config),
@@ -302,7 +304,7 @@ def build_updater(config: TrainConfig, policy: TransformersPolicy, optimizer: to
     from rlvr_gym_agents.cluster import LearnerGroup
 
     group = LearnerGroup(
-        config.cluster.learners, functools.partial(trainable_model, config, config.model.path_or_id or str(run_dir / "tiny_init")),
+        config.cluster.learners, functools.partial(trainable_model, config, model_dir),
         functools.partial(build_optimizer, config), update_config(config), policy.pad_token_id,
         reference_factory=functools.partial(_reference_model, sft_dir=sft_dir) if with_kl else None,
         mirror=policy.model, mirror_optimizer=optimizer, backend=config.cluster.backend, device=config.model.device,

@@ -138,6 +138,7 @@ def test_two_ranks_compute_the_same_step_as_one(group: LearnerGroup, batch: tupl
     assert moved > 1e-4  # the step changed the weights, so equality below says something
     assert _relative_difference(one.state_dict(), two) <= 1e-6
     assert _relative_difference(two, mirror.state_dict()) == 0.0
+    assert all(torch.equal(tensor, two[name]) for name, tensor in group.named_parameters())
     assert group.version == version + 1
     group.pull_optimizer_state()  # what a checkpoint saves: rank 0's AdamW moments, equal to one rank's
     for moment in ("exp_avg", "exp_avg_sq"):
