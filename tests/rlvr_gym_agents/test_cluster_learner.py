@@ -150,6 +150,31 @@ def test_two_ranks_compute_the_same_step_as_one(group: LearnerGroup, batch: tupl
             assert metrics[key] == pytest.approx(expected[key], rel=1e-4, abs=1e-6), key
 
 
+@pytest.mark.slow  # starts a group of its own (~20-40 s on a busy 2-core machine)
+def test_a_rank_that_raises_while_its_peer_waits_in_a_collective_ends_the_group_with_a_training_error(
+        ray_session: None, batch: tuple[list[Trajectory], torch.Tensor], tiny_model_dir: Path) -> None:
+    from rlvr_gym_agents.train import TrainingError
+
+    trajectories, _ = batch
+    longest = max(range(len(trajectories)), key=lambda i: len(trajectories[i].token_ids))
+    longer = copy.deepcopy(trajectories[longest])  # the same prompt group, 3 more generated tokens
+    for values, extra in ((longer.token_ids, 5), (longer.loss_mask, 1), (longer.logps, -1.0), (longer.entropies, 1.0)):
+        values += [extra] * 3  # type: ignore[operator]
+    rows = [longer if i == longest else t for i, t in enumerate(trajectories)]
+    # per-token advantages as wide as the longest original row: the rank holding the longer row raises in its first
+    # lines, the other enters the first collective and waits for it
+    advantages = torch.zeros(len(rows), len(trajectories[longest].token_ids))
+    owned = shard_rows(rows, 2)
+    failing = next(rank for rank, mine in enumerate(owned) if longest in mine)
+    config = _config(tiny_model_dir)
+    learners = LearnerGroup(2, functools.partial(trainable_model, config, str(tiny_model_dir)),
+                            functools.partial(build_optimizer, config), update_config(config), 0)
+    pids = learners.pids()
+    with pytest.raises(TrainingError, match=rf"learner rank {failing} failed during update 1: .*per-token advantages"):
+        learners.update(rows, advantages)
+    _wait_until_gone(pids)  # both ranks, the waiting one included
+
+
 def test_shard_rows_keeps_prompt_groups_together_and_balances_tokens() -> None:
     def episode(prompt: int, length: int) -> Trajectory:
         ids = [prompt, 1] + [2] * (length - 2)
