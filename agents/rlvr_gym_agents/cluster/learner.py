@@ -254,7 +254,9 @@ class LearnerGroup:
         backend: ``auto`` | ``gloo`` | ``nccl`` (:func:`resolve_backend`).
         device: the model's device, ``cpu`` or ``cuda`` (each rank then reserves one GPU; Ray sets which).
         ray_address: a Ray cluster to join (None: this process's Ray, or a local one started here).
-        num_cpus_per_rank: CPUs each rank's placement-group bundle reserves in Ray's scheduler.
+        num_cpus_per_rank: CPUs each rank's placement-group bundle reserves in Ray's scheduler (fractions allowed).
+            Default: 1 on a cluster (``ray_address``); on a local Ray, at most 1 and together half of this machine's
+            CPUs (rollout workers reserve the other half), so both fit the local Ray of ``os.cpu_count()`` CPUs.
         threads_per_rank: torch CPU threads of each rank.
         start_timeout_s: the longest wait for the placement group and for the ranks to start and join.
         collective_timeout_s: how long a rank waits in one collective (torch.distributed's process-group timeout)
@@ -270,7 +272,7 @@ class LearnerGroup:
                  config: UpdateConfig, pad_token_id: int, *, reference_factory: ReferenceFactory | None = None,
                  mirror: torch.nn.Module | None = None, mirror_optimizer: torch.optim.Optimizer | None = None,
                  backend: str = "auto", device: str = "cpu", ray_address: str | None = None,
-                 num_cpus_per_rank: float = 1.0, threads_per_rank: int = 1, start_timeout_s: float = 120.0,
+                 num_cpus_per_rank: float | None = None, threads_per_rank: int = 1, start_timeout_s: float = 120.0,
                  collective_timeout_s: float = 1800.0) -> None:
         if num_ranks < 1:
             raise ValueError(f"a learner group needs num_ranks >= 1, got {num_ranks}")
@@ -280,7 +282,9 @@ class LearnerGroup:
         self.version = 0
         self._closed = False
         num_gpus = 1 if torch.device(device).type == "cuda" else 0
-        self._started_ray = ensure_ray(ray_address, max(os.cpu_count() or 1, int(num_ranks * num_cpus_per_rank) + 1))
+        if num_cpus_per_rank is None:
+            num_cpus_per_rank = 1.0 if ray_address else min(1.0, (os.cpu_count() or 1) / (2 * num_ranks))
+        self._started_ray = ensure_ray(ray_address, num_cpus=os.cpu_count())
         import ray
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
