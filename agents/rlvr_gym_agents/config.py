@@ -46,8 +46,14 @@ class ModelConfig:
     """Tiny policy: MLP width."""
     max_context_tokens: int = 1024
     """Longest context (tiny policy: its position table; hub models: the rollout's limit)."""
+    tokenizer: str = "bpe"
+    """Tiny policy: ``bpe`` (byte-level BPE: any text round-trips, for code, RTL, tool calls and web actions) or
+    ``word`` (one token per word, whitespace dropped: shorter text-world episodes, no code); see
+    :mod:`rlvr_gym_agents.warmstart.tiny`."""
+    vocab_size: int = 2048
+    """Tiny policy, ``bpe``: the most tokens (6 special + 256 bytes + merges learnt from the corpus), >= 262."""
     corpus_episodes: int = 600
-    """Tiny policy: demonstration episodes whose text trains the word-level tokenizer."""
+    """Tiny policy: demonstration episodes whose text trains the tokenizer."""
     corpus: str | None = None
     """Tiny policy: extra tokenizer text, ``package.module:function`` called as ``function(env.env_id,
     corpus_episodes, seed)`` -> list of str, e.g. ``rlvr_gym_textworld:corpus_texts`` (every failure message of
@@ -332,6 +338,9 @@ class TrainConfig:
             raise ConfigError(f"algorithm.estimator must be grpo, drgrpo or rloo, got {self.algorithm.estimator!r}")
         if self.rollout.engine not in ("transformers", "vllm", "fake_vllm"):
             raise ConfigError(f"rollout.engine must be transformers, vllm or fake_vllm, got {self.rollout.engine!r}")
+        if self.model.tokenizer not in ("bpe", "word") or self.model.vocab_size < 262:
+            raise ConfigError(f"model.tokenizer must be bpe or word and model.vocab_size >= 262 (6 special tokens + 256 "
+                              f"bytes), got {self.model.tokenizer!r} and {self.model.vocab_size}")
         if self.rollout.weight_sync not in ("broadcast", "ipc"):
             raise ConfigError(f"rollout.weight_sync must be broadcast or ipc, got {self.rollout.weight_sync!r}")
         if self.rollout.engine == "fake_vllm" and self.rollout.weight_sync == "ipc":
