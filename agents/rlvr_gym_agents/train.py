@@ -353,7 +353,9 @@ def update_config(config: TrainConfig) -> UpdateConfig:
     algorithm = config.algorithm
     return UpdateConfig(algorithm.epochs, algorithm.num_minibatches, algorithm.micro_batch_tokens, algorithm.loss,
                         config.rollout.temperature, config.train.max_grad_norm,
-                        autocast_dtype(config.train.precision, config.model.dtype))
+                        autocast_dtype(config.train.precision, config.model.dtype),
+                        share_tree_prefixes=algorithm.share_tree_prefixes,
+                        min_shared_tokens=algorithm.min_shared_tokens)
 
 
 def _evaluator(config: TrainConfig, policy: Policy, chat: ChatFormat, tasks: list[Task], console: Console,

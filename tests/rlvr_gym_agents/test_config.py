@@ -50,6 +50,7 @@ def test_ints_are_accepted_for_floats() -> None:
     ("train.group_size=1", "group_size"),
     ("seed.x=1", "seed must be int"),
     ("algorithm.micro_batch_tokens=0", "micro_batch_tokens must be >= 1"),
+    ("algorithm.min_shared_tokens=0", "min_shared_tokens must be >= 1"),
     ("sft.ema_decay=1.5", "sft.ema_decay must be in"),
     ("model.tokenizer=char", "model.tokenizer must be bpe or word"),
     ("model.vocab_size=100", "model.vocab_size >= 262"),

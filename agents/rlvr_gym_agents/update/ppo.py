@@ -2,8 +2,9 @@
 
 :func:`ppo_update` turns a batch of trajectories and their advantages into ``epochs`` x ``num_minibatches``
 optimizer steps of :func:`rlvr_gym_agents.update.losses.policy_loss`. Each mini-batch runs its distinct prompts once
-(:class:`~rlvr_gym_agents.update.scoring.SharedPromptScorer`; a GRPO group's episodes share one) and cuts the
-continuations into length-sorted micro-batches of at most ``micro_batch_tokens`` padded tokens
+(:class:`~rlvr_gym_agents.update.scoring.PrefixTreeScorer`; a GRPO group's episodes share one), with
+``share_tree_prefixes`` also the turns its rows share (a rollout tree's prefixes above its branch points), and cuts
+the continuations into length-sorted micro-batches of at most ``micro_batch_tokens`` padded tokens
 whose gradients are accumulated; the counts and entropy statistics every loss term divides by come from the
 whole mini-batch
 (:func:`~rlvr_gym_agents.update.losses.batch_stats`), so the step does not depend on the split
@@ -25,7 +26,7 @@ from rlvr_gym_agents.rollout.types import Trajectory
 from rlvr_gym_agents.update.correction import rollout_correction
 from rlvr_gym_agents.update.losses import BatchStats, LossConfig, batch_stats, policy_loss, stats_of
 from rlvr_gym_agents.update.precision import autocast, model_device
-from rlvr_gym_agents.update.scoring import SharedPromptScorer
+from rlvr_gym_agents.update.scoring import PrefixTreeScorer
 
 
 @dataclasses.dataclass
@@ -47,6 +48,11 @@ class UpdateConfig:
     autocast_dtype: str | None = None
     """Forward passes run under ``torch.autocast`` to this dtype (``bfloat16``/``float16``) over fp32 master weights
     (:mod:`rlvr_gym_agents.update.precision`); None: in the parameters' dtype."""
+    share_tree_prefixes: bool = True
+    """Run the ids that rows of a mini-batch share after their prompt (a tree's turns above a branch point) once,
+    as the prompts are (:class:`~rlvr_gym_agents.update.scoring.PrefixTreeScorer`); same log-probs and gradients."""
+    min_shared_tokens: int = 32
+    """With ``share_tree_prefixes``: the shortest shared run of ids that gets a pass of its own."""
 
 
 def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, trajectories: list[Trajectory],
@@ -54,7 +60,8 @@ def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, traject
                pad_token_id: int) -> dict[str, float]:
     """``epochs`` x ``num_minibatches`` clipped policy-gradient steps on a batch of trajectories.
 
-    Each mini-batch's distinct prompts run once (``SharedPromptScorer``); its continuations are split into
+    Each mini-batch's distinct prompts (and, with ``share_tree_prefixes``, shared turns) run once
+    (``PrefixTreeScorer``); its continuations are split into
     length-sorted micro-batches of at most ``micro_batch_tokens`` padded tokens
     (:func:`~rlvr_gym_agents.batching.length_micro_batches`); their gradients are accumulated into one
     optimizer step. Every micro-batch's loss is a summand of the mini-batch loss (counts and entropy statistics
@@ -203,6 +210,7 @@ def update_shard(model: torch.nn.Module, optimizer: torch.optim.Optimizer, traje
     shard = trajectories if owned is None else [trajectories[r] for r in rows_here]
     batch = _UpdateBatch.build(shard, advantages if owned is None else advantages[rows_here],
                                pad_token_id).to(model_device(model))
+    batch.sharing = config
     if ref_model is not None and shard:
         with torch.no_grad(), autocast(model_device(model), config.autocast_dtype):
             batch.ref_logp = _score(ref_model, batch, torch.arange(len(shard)), config.micro_batch_tokens,
@@ -274,7 +282,7 @@ def _accumulate_gradients(model: torch.nn.Module, batch: _UpdateBatch, rows: tor
                      or loss_config.top_entropy_quantile < 1.0)
     device = model_device(model)
     with autocast(device, autocast_dtype):
-        scorer = batch.scorer(model, rows, temperature)
+        scorer = batch.scorer(model, rows, temperature, needs_entropy)
         micros = scorer.micro_batches(rows, max_tokens)
         if stats is None and len(micros) > 1:
             stats = _minibatch_stats(model, batch, rows, loss_config, max_tokens, temperature)
@@ -310,6 +318,9 @@ class _UpdateBatch:
     ref_logp: torch.Tensor | None = None
     rollout_weights: torch.Tensor | None = None
     """Importance weights of the mismatch correction (None: off)."""
+    sharing: UpdateConfig | None = None
+    """Its prefix-sharing settings (``share_tree_prefixes``, ``min_shared_tokens``, ``micro_batch_tokens`` for the
+    prefix passes); None: prompts shared only."""
 
     @classmethod
     def build(cls, trajectories: list[Trajectory], advantages: torch.Tensor, pad_token_id: int) -> _UpdateBatch:
@@ -325,10 +336,14 @@ class _UpdateBatch:
         return dataclasses.replace(self, ids=self.ids.to(device), mask=self.mask.to(device),
                                    old_logp=self.old_logp.to(device), token_adv=self.token_adv.to(device))
 
-    def scorer(self, model: torch.nn.Module, rows: torch.Tensor, temperature: float) -> SharedPromptScorer:
-        """Runs the distinct prompts of ``rows`` once (with autograd when enabled) to score their continuations."""
-        return SharedPromptScorer(model, self.ids, self.lengths, self.prompt_lengths, rows, temperature,
-                                  self.pad_token_id)
+    def scorer(self, model: torch.nn.Module, rows: torch.Tensor, temperature: float,
+               with_entropy: bool) -> PrefixTreeScorer:
+        """Runs the shared prefixes of ``rows`` once (with autograd when enabled) to score their continuations."""
+        sharing = self.sharing or UpdateConfig(share_tree_prefixes=False, micro_batch_tokens=None)
+        return PrefixTreeScorer(model, self.ids, self.lengths, self.prompt_lengths, rows, temperature,
+                                self.pad_token_id, share_turns=sharing.share_tree_prefixes,
+                                min_shared_tokens=sharing.min_shared_tokens, max_tokens=sharing.micro_batch_tokens,
+                                with_entropy=with_entropy)
 
 
 def _score(model: torch.nn.Module, batch: _UpdateBatch, rows: torch.Tensor, max_tokens: int | None,
@@ -337,7 +352,7 @@ def _score(model: torch.nn.Module, batch: _UpdateBatch, rows: torch.Tensor, max_
     logp = torch.zeros(len(rows), batch.ids.shape[1], device=batch.ids.device)
     entropy = torch.zeros_like(logp) if with_entropy else None
     where = {row: i for i, row in enumerate(rows.tolist())}
-    scorer = batch.scorer(model, rows, temperature)
+    scorer = batch.scorer(model, rows, temperature, with_entropy)
     for micro in scorer.micro_batches(rows, max_tokens):
         width = max(batch.lengths[r] for r in micro.tolist())
         out = [where[r] for r in micro.tolist()]
