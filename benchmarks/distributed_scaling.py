@@ -97,7 +97,8 @@ def _table(title: str, times: dict[str, list[float]], baselines: dict[str, str])
 
 def _tiny_policy() -> tuple[TransformersPolicy, ChatFormat]:
     texts = [f"Say the word: {w}" for w in WORDS] + [f"say {w}" for w in WORDS] + ["Correct.", "Wrong."]
-    policy = TransformersPolicy.from_pretrained(str(save_tiny_policy(texts, Path(tempfile.mkdtemp()) / "m")))
+    policy = TransformersPolicy.from_pretrained(str(save_tiny_policy(texts, Path(tempfile.mkdtemp()) / "m",
+                                                                     tokenizer="word")))
     return policy, ChatFormat.for_policy(policy)
 
 
