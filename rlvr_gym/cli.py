@@ -102,8 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--out", help="also write compare.json and compare.md here")
     compare.set_defaults(run=cmd_compare)
     train = commands.add_parser("train", help="train a policy with a recipe (needs rlvr_gym_agents)")
+    train.add_argument("--ray-address", help="join this Ray cluster (sets cluster.ray_address; e.g. auto)")
     train.add_argument("recipe")
-    train.add_argument("overrides", nargs=argparse.REMAINDER, help="key=value overrides")
+    train.add_argument("overrides", nargs=argparse.REMAINDER, help="key=value overrides (and --ray-address)")
     train.set_defaults(run=cmd_train)
     return parser
 
@@ -444,7 +445,8 @@ def cmd_train(args: argparse.Namespace, console: Console) -> int:
         if error.name and error.name.startswith("rlvr_gym_agents"):
             raise UsageError(f"`rlvr-gym train` needs the training package: {AGENTS_MISSING}") from None
         raise
-    return int(train_main([args.recipe, *args.overrides]))
+    address = [] if args.ray_address is None else ["--ray-address", args.ray_address]
+    return int(train_main([args.recipe, *args.overrides, *address]))
 
 
 if __name__ == "__main__":

@@ -33,12 +33,17 @@ def train_main(argv: list[str]) -> int:
         step crashed); 2 on bad input (malformed or unknown recipe keys, an unknown env id, suite or model), as
         every ``rlvr-gym`` command.
 
-    Example: ``rlvr-gym train agents/recipes/quickstart.yaml seed=1 train.num_steps=30``.
+    Example: ``rlvr-gym train agents/recipes/quickstart.yaml seed=1 train.num_steps=30``; on Ray rollout workers:
+    ``rlvr-gym train agents/recipes/quickstart.yaml cluster.rollout_workers=2 --ray-address auto``.
     """
     parser = argparse.ArgumentParser(prog="rlvr-gym train", description="Train a policy with a YAML recipe.")
     parser.add_argument("recipe", help="path to a recipe, e.g. agents/recipes/quickstart.yaml")
     parser.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. seed=1 train.num_steps=30")
-    args = parser.parse_args(argv)
+    parser.add_argument("--ray-address", help="join this Ray cluster (sets cluster.ray_address; e.g. auto or "
+                                              "ray://head:10001); default: a local Ray when the recipe needs one")
+    args = parser.parse_intermixed_args(argv)
+    if args.ray_address is not None:
+        args.overrides.append(f"cluster.ray_address={args.ray_address}")
     from rlvr_gym_agents.train import TrainingError, check_recipe_inputs, train
 
     try:

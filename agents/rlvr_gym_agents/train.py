@@ -43,6 +43,7 @@ import torch
 
 import rlvr_gym
 from rlvr_gym import Env, Task, load_suite, spec
+from rlvr_gym_agents.cluster.rollout_workers import AsyncRollouts, RolloutWorkers, remote_sampler
 from rlvr_gym_agents.config import TrainConfig, TrainLoopConfig, to_dict
 from rlvr_gym_agents.console import Console
 from rlvr_gym_agents.credit import CreditConfig, assign_credit, informative_groups
@@ -66,6 +67,9 @@ from rlvr_gym_agents.update.ppo import PPOUpdater, UpdateConfig, Updater
 from rlvr_gym_agents.update.precision import autocast, autocast_dtype, parameter_dtype
 from rlvr_gym_agents.warmstart import build_tiny_policy, warm_start
 
+Sampler = FlatSampler | TreeSampler | RolloutWorkers | AsyncRollouts
+"""What samples a step's episodes: in-process, or on Ray rollout workers (``cluster.rollout_workers``)."""
+
 
 class TrainingError(RuntimeError):
     """The run cannot go on (for example every episode of a step crashed); the message says why and how to fix it."""
@@ -78,7 +82,7 @@ class Run:
     config: TrainConfig
     policy: TransformersPolicy
     rollout_policy: Policy
-    sampler: FlatSampler | TreeSampler
+    sampler: Sampler
     optimizer: torch.optim.Optimizer
     credit: CreditConfig
     updater: Updater
@@ -148,9 +152,14 @@ def _train(config: TrainConfig, env_factory: Callable[..., Env], step_executor: 
         state["metrics_lines"] = logger.num_lines()
         save_checkpoint(checkpoint_dir, policy.model, policy.tokenizer, optimizer, 0, policy.generator, state)
     sync_weights(rollout_policy, policy)
+    if config.cluster.rollout_workers:  # Ray actors sample (rlvr_gym_agents.cluster), loaded with this version
+        sampler: Sampler = closing.enter_context(contextlib.closing(remote_sampler(
+            config, config.model.path_or_id or str(run_dir / "tiny_init"), lambda s: draw_tasks(train_tasks, config, s))))
+        publish_weights(sampler, policy, start_step)
+    else:
+        sampler = build_sampler(config, rollout_policy, chat, env_factory, step_executor)
     updater = closing.enter_context(contextlib.closing(build_updater(config, policy, optimizer, run_dir)))
-    run = Run(config, policy, rollout_policy, build_sampler(config, rollout_policy, chat, env_factory, step_executor), optimizer,
-              credit_config(config), updater, train_tasks)
+    run = Run(config, policy, rollout_policy, sampler, optimizer, credit_config(config), updater, train_tasks)
     rl_began = time.monotonic()
     for step in range(start_step + 1, config.train.num_steps + 1):
         record = rl_step(run, step)
@@ -193,6 +202,7 @@ def rl_step(run: Run, step: int) -> dict[str, Any]:
     began = time.monotonic()
     tasks = draw_tasks(run.train_tasks, run.config, step)
     batch = run.sampler.sample_batch(tasks, step)
+    batch.stamp_policy_version(step - 1)  # the in-process sampler's; rollout workers stamp the version they had
     check_not_all_crashed(batch, step)
     advantages = assign_credit(batch, run.credit)
     keep = (informative_groups(batch, run.credit) if run.config.algorithm.drop_zero_variance_groups
@@ -203,6 +213,7 @@ def rl_step(run: Run, step: int) -> dict[str, Any]:
     update = run.updater.update(kept, advantages[keep]) if kept else {}  # in-process or a learner group
     if kept:
         sync_weights(run.rollout_policy, run.policy)
+    publish_weights(run.sampler, run.policy, step, changed=bool(kept))
     return {"phase": "rl", "step": step, "process_cpu_s": time.process_time(), **rollout_metrics(batch.trajectories),
             **batch.metrics, **update, "tokens_generated": batch.tokens_generated,
             "groups_kept": int(keep.sum()) // run.config.train.group_size, "rollout_s": rollout_s,
@@ -408,7 +419,7 @@ def env_factory_of(config: TrainConfig) -> Iterator[Callable[..., Env]]:
         return
     from rlvr_gym.workers import EnvPool
 
-    with EnvPool(config.env.num_workers, remote=config.env.remote) as pool:
+    with EnvPool(config.env.num_workers, remote=config.env.remote, ray_address=config.cluster.ray_address) as pool:
         yield pool.make
 
 
@@ -462,6 +473,13 @@ def sleep_rollout_engine(rollout_policy: Any, policy: Any) -> None:
     generation wakes it); no-op for the transformers engine."""
     if rollout_policy is not policy and hasattr(rollout_policy, "sleep"):
         rollout_policy.sleep()
+
+
+def publish_weights(sampler: Sampler, policy: TransformersPolicy, version: int, changed: bool = True) -> None:
+    """Broadcasts the trained weights as policy ``version`` to rollout workers (``changed=False``: only the version
+    moves); no-op for the in-process samplers, which sample with the trained weights themselves."""
+    if isinstance(sampler, (RolloutWorkers, AsyncRollouts)):
+        sampler.sync_weights(merged_named_parameters(policy.model) if changed else None, version)
 
 
 def sync_weights(rollout_policy: Any, policy: Any) -> None:

@@ -145,6 +145,8 @@ def test_train_delegates_recipe_and_overrides(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setitem(sys.modules, "rlvr_gym_agents.cli", fake_cli)
     assert main(["train", "r.yaml", "seed=1", "train.num_steps=3"]) == 0
     assert received == [["r.yaml", "seed=1", "train.num_steps=3"]]
+    assert main(["train", "--ray-address", "auto", "r.yaml", "seed=1"]) == 0
+    assert received[-1] == ["r.yaml", "seed=1", "--ray-address", "auto"]
 
 
 def test_play_with_fake_stdin(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

@@ -92,6 +92,13 @@ class RolloutTree:
         self.nodes.append(node)
         return node
 
+    def fail_all(self, num_leaves: int, failure: Failure | None) -> None:
+        """Makes this (empty) tree the record of a task that never started: an empty root and ``num_leaves``
+        truncated leaves carrying ``failure`` (an env that could not be built, a rollout worker that died)."""
+        self.add_node(-1, observation_ids=[])
+        for _ in range(num_leaves):
+            self.add_node(0, done=True, truncated=True, failures=[] if failure is None else [failure])
+
     @property
     def parents(self) -> list[int]:
         return [n.parent for n in self.nodes]

@@ -154,7 +154,7 @@ class TreeSampler:
         draws are seeded by ``(config.seed, step)``, so a resumed run grows the same trees."""
         self.num_calls = step
         rollout = self.sample(tasks, self.sampling)
-        metrics = _log_keys(rollout.metrics)
+        metrics = tree_log_keys(rollout.metrics)
         trajectories = [t for tree in rollout.trees for t in tree.trajectories()]
         return RolloutBatch(trajectories, rollout.trees, metrics, int(rollout.metrics["tokens_generated"]))
 
@@ -203,9 +203,7 @@ class _Run:
         episode, failure = self._new_episode(self.trees[task_index].task)
         if episode is None:
             # no env: every leaf is an empty truncated episode carrying the crash
-            self.trees[task_index].add_node(-1, observation_ids=[])
-            for _ in range(self.config.num_leaves):
-                self.trees[task_index].add_node(0, done=True, truncated=True, failures=[failure])
+            self.trees[task_index].fail_all(self.config.num_leaves, failure)
             self.budgets[task_index].started = self.config.num_leaves
             return None
         self.budgets[task_index].forkable = episode.env.supports_fork
@@ -412,7 +410,7 @@ class _Run:
             self.trees[path.task_index].nodes[path.node].failures.append(failure)
 
 
-def _log_keys(metrics: dict[str, Any]) -> dict[str, Any]:
+def tree_log_keys(metrics: dict[str, Any]) -> dict[str, Any]:
     """Tree metrics as flat log keys: ``tree/<name>``, dicts as ``tree/<name>/<key>`` (lists kept as lists)."""
     flat: dict[str, Any] = {}
     for name, value in metrics.items():

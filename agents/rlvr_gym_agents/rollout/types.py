@@ -62,6 +62,9 @@ class Trajectory:
         failures: every typed failure, in order (step failures, context overflow, env crash).
         group: index of the group (same task) this trajectory belongs to; set by the caller.
         last_observation: the observation the env returned with the step that ended the episode ("" otherwise).
+        policy_version: the version of the weights that generated it: the RL step whose update produced them (0:
+            the weights before RL); None until the sampler's caller stamps it. Async training measures staleness
+            against it (:mod:`rlvr_gym_agents.cluster`).
     """
 
     task_id: str
@@ -79,6 +82,7 @@ class Trajectory:
     failures: list[Failure] = dataclasses.field(default_factory=list)
     group: int = 0
     last_observation: str = ""
+    policy_version: int | None = None
 
     @property
     def turn_spans(self) -> list[tuple[int, int]]:
@@ -121,6 +125,12 @@ class RolloutBatch:
     trees: list[RolloutTree] | None = None
     metrics: dict[str, Any] = dataclasses.field(default_factory=dict)
     tokens_generated: int = 0
+
+    def stamp_policy_version(self, version: int) -> None:
+        """Records ``version`` as the policy version of every trajectory that has none yet."""
+        for trajectory in self.trajectories:
+            if trajectory.policy_version is None:
+                trajectory.policy_version = version
 
     @property
     def groups(self) -> torch.Tensor:
