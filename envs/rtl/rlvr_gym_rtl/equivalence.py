@@ -29,7 +29,7 @@ import dataclasses
 import re
 from typing import Literal
 
-from rlvr_gym.sandbox import Sandbox, SandboxLimits
+from rlvr_gym.sandbox import Sandbox, SandboxLimits, SandboxResult
 from rlvr_gym.verifier import RewardResult
 from rlvr_gym_rtl.lint import TOP_MODULE
 from rlvr_gym_rtl.problem import REF_MODULE
@@ -80,6 +80,30 @@ class EquivalenceResult:
         return self.detail + "\n" + "\n".join(rows[-max_rows:])
 
 
+EQUIVALENCE_SCRIPT = f"yosys -s eq.ys >{_LOG} 2>&1"
+"""The shell command of a check, run in the work dir that holds :func:`equivalence_files`."""
+EQUIVALENCE_COLLECT = (_LOG,)
+"""The files a check's run must return for :func:`equivalence_result`."""
+
+
+def equivalence_limits(timeout_s: float = 10.0, memory_limit_mb: int = 2048) -> SandboxLimits:
+    """The sandbox limits of one check: ``timeout_s`` wall-clock seconds, ``memory_limit_mb`` MiB for yosys."""
+    return SandboxLimits(timeout_s=timeout_s, cpu_time_s=max(1, int(timeout_s) + 1), memory_limit_mb=memory_limit_mb,
+                         file_size_limit_mb=64, output_limit_bytes=64 * 1024)
+
+
+def equivalence_files(reference: str, candidate: str, max_steps: int = 20) -> dict[str, str]:
+    """The work dir of one check: both designs (as yosys reads them) and the yosys script."""
+    return {"ref.sv": _for_yosys(reference), "cand.sv": _for_yosys(candidate),
+            "eq.ys": _SCRIPT.format(max_steps=int(max_steps))}
+
+
+def equivalence_result(run: SandboxResult, max_steps: int = 20) -> EquivalenceResult:
+    """The verdict of a finished check's run (:data:`EQUIVALENCE_SCRIPT` with :data:`EQUIVALENCE_COLLECT`)."""
+    log = run.files.get(_LOG, b"").decode("utf-8", "replace")
+    return parse_log(log, run.timed_out or run.killed_by == "cpu_time", run.exit_code, max_steps, run.duration_s)
+
+
 def check_equivalence(
     sandbox: Sandbox, reference: str, candidate: str, *, max_steps: int = 20, timeout_s: float = 10.0,
     memory_limit_mb: int = 2048,
@@ -98,13 +122,9 @@ def check_equivalence(
     Returns:
         The :class:`EquivalenceResult`; never raises on a bad design (that is ``unknown``).
     """
-    limits = SandboxLimits(timeout_s=timeout_s, cpu_time_s=max(1, int(timeout_s) + 1), memory_limit_mb=memory_limit_mb,
-                           file_size_limit_mb=64, output_limit_bytes=64 * 1024)
-    files = {"ref.sv": _for_yosys(reference), "cand.sv": _for_yosys(candidate),
-             "eq.ys": _SCRIPT.format(max_steps=int(max_steps))}
-    run = sandbox.run(["sh", "-c", f"yosys -s eq.ys >{_LOG} 2>&1"], files=files, limits=limits, collect=[_LOG])
-    log = run.files.get(_LOG, b"").decode("utf-8", "replace")
-    return parse_log(log, run.timed_out or run.killed_by == "cpu_time", run.exit_code, max_steps, run.duration_s)
+    run = sandbox.run(["sh", "-c", EQUIVALENCE_SCRIPT], files=equivalence_files(reference, candidate, max_steps),
+                      limits=equivalence_limits(timeout_s, memory_limit_mb), collect=EQUIVALENCE_COLLECT)
+    return equivalence_result(run, max_steps)
 
 
 _ALWAYS_COMB = re.compile(r"\balways_comb\b")
