@@ -18,6 +18,13 @@ then runs bounded model checking from the all-zero initial state (both designs' 
   design (yosys 0.23's SystemVerilog front end is narrower than Icarus's). A difference deeper than
   ``max_steps`` cycles ends here too: only a proof rules it out (``strict`` mode in the judge).
 
+k-induction cannot prove designs whose outputs agree for any number of cycles from *unreachable* pairs of
+states (two sequence detectors whose hidden counters differ, while the input avoids the pattern). When it
+leaves a design undecided, the same miter (two-valued: an X on either side becomes a free input, so a proof
+holds for every resolution of it) goes to ABC's PDR (``yosys-abc``, part of Debian's yosys), which finds an
+inductive invariant itself; its proofs are taken, its counterexamples are not (the testbench ignores the
+reference's X, PDR does not).
+
 Registers start at zero on both sides (``-set-init-zero``), where simulation starts them at X until the
 testbench's reset; designs that differ only before their first reset can therefore be told apart here.
 Asynchronous resets are modelled as synchronous (``async2sync``). yosys runs in the RTL judge's sandbox.
@@ -49,8 +56,31 @@ hierarchy -top miter
 opt -fast
 sat -tempinduct -enable_undef -set-def-inputs -prove trigger 0 -set-init-zero -seq 1 -maxsteps {{max_steps}} -show-inputs -show-outputs miter
 """
+_PDR_SCRIPT = f"""read_verilog -sv ref.sv
+read_verilog -sv cand.sv
+hierarchy -check
+proc
+flatten
+memory
+opt_clean
+async2sync
+setundef -undriven -anyseq
+setundef -anyseq
+miter -equiv -flatten {REF_MODULE} {TOP_MODULE} miter
+hierarchy -top miter
+opt -fast
+techmap
+opt -fast
+dffunmap
+setundef -zero -init
+aigmap
+write_aiger -zinit miter.aig
+"""
+_PDR_LOG = "pdr.log"
+_PDR_PROVEN = "Property proved."
 _PROVEN = "Induction step proven: SUCCESS!"
 _REFUTED = "model found for base case: FAIL!"
+_KILLED = 137  # the status of a command killed by `timeout -s KILL` (128 + SIGKILL)
 _CEX_ROW = re.compile(r"^\s+(\d+)\s+\\(\S+)\s+\S+\s+\S+\s+([01xz]+)\s*$")
 
 
@@ -80,10 +110,25 @@ class EquivalenceResult:
         return self.detail + "\n" + "\n".join(rows[-max_rows:])
 
 
-EQUIVALENCE_SCRIPT = f"yosys -s eq.ys >{_LOG} 2>&1"
-"""The shell command of a check, run in the work dir that holds :func:`equivalence_files`."""
-EQUIVALENCE_COLLECT = (_LOG,)
+EQUIVALENCE_COLLECT = (_LOG, _PDR_LOG)
 """The files a check's run must return for :func:`equivalence_result`."""
+_INDUCTION_SHARE, _PDR_SHARE = 0.5, 0.4
+"""Shares of the check's time limit for k-induction and, when that leaves the design undecided, for PDR."""
+
+
+def equivalence_script(timeout_s: float = 10.0) -> str:
+    """The shell script of a check (run in the work dir that holds :func:`equivalence_files`).
+
+    yosys's ``sat -tempinduct`` first (at most half of ``timeout_s``); when it neither proves nor refutes,
+    the miter goes to ABC's PDR (``yosys-abc``, shipped with Debian's yosys) for the next 40%. The script
+    exits with yosys's status, 137 when k-induction ran out of its time.
+    """
+    induction_s, pdr_s = _INDUCTION_SHARE * timeout_s, _PDR_SHARE * timeout_s
+    return (f"timeout -s KILL {induction_s:.2f} yosys -s eq.ys >{_LOG} 2>&1\nstatus=$?\n"
+            f"grep -q -e '{_PROVEN}' -e '{_REFUTED}' {_LOG} && exit $status\n"
+            f"[ $status -eq 0 ] || [ $status -eq 137 ] || exit $status\n"
+            f"yosys -q -s pdr.ys >{_PDR_LOG} 2>&1 && timeout -s KILL {pdr_s:.2f} "
+            f"yosys-abc -c 'read_aiger miter.aig; pdr' >>{_PDR_LOG} 2>&1\nexit $status\n")
 
 
 def equivalence_limits(timeout_s: float = 10.0, memory_limit_mb: int = 2048) -> SandboxLimits:
@@ -95,13 +140,15 @@ def equivalence_limits(timeout_s: float = 10.0, memory_limit_mb: int = 2048) -> 
 def equivalence_files(reference: str, candidate: str, max_steps: int = 20) -> dict[str, str]:
     """The work dir of one check: both designs (as yosys reads them) and the yosys script."""
     return {"ref.sv": _for_yosys(reference), "cand.sv": _for_yosys(candidate),
-            "eq.ys": _SCRIPT.format(max_steps=int(max_steps))}
+            "eq.ys": _SCRIPT.format(max_steps=int(max_steps)), "pdr.ys": _PDR_SCRIPT}
 
 
 def equivalence_result(run: SandboxResult, max_steps: int = 20) -> EquivalenceResult:
-    """The verdict of a finished check's run (:data:`EQUIVALENCE_SCRIPT` with :data:`EQUIVALENCE_COLLECT`)."""
+    """The verdict of a finished check's run (:func:`equivalence_script` with :data:`EQUIVALENCE_COLLECT`)."""
     log = run.files.get(_LOG, b"").decode("utf-8", "replace")
-    return parse_log(log, run.timed_out or run.killed_by == "cpu_time", run.exit_code, max_steps, run.duration_s)
+    pdr_log = run.files.get(_PDR_LOG, b"").decode("utf-8", "replace")
+    timed_out = run.timed_out or run.killed_by == "cpu_time" or run.exit_code == _KILLED
+    return parse_log(log, timed_out, run.exit_code, max_steps, run.duration_s, pdr_log)
 
 
 def check_equivalence(
@@ -122,7 +169,7 @@ def check_equivalence(
     Returns:
         The :class:`EquivalenceResult`; never raises on a bad design (that is ``unknown``).
     """
-    run = sandbox.run(["sh", "-c", EQUIVALENCE_SCRIPT], files=equivalence_files(reference, candidate, max_steps),
+    run = sandbox.run(["sh", "-c", equivalence_script(timeout_s)], files=equivalence_files(reference, candidate, max_steps),
                       limits=equivalence_limits(timeout_s, memory_limit_mb), collect=EQUIVALENCE_COLLECT)
     return equivalence_result(run, max_steps)
 
@@ -137,8 +184,12 @@ def _for_yosys(source: str) -> str:
     return _ALWAYS_COMB.sub("always @*", source)
 
 
-def parse_log(log: str, timed_out: bool, exit_code: int | None, max_steps: int, duration_s: float = 0.0) -> EquivalenceResult:
-    """The verdict from yosys's log (pure; see :func:`check_equivalence`)."""
+def parse_log(log: str, timed_out: bool, exit_code: int | None, max_steps: int, duration_s: float = 0.0,
+              pdr_log: str = "") -> EquivalenceResult:
+    """The verdict from yosys's log and, when k-induction left it open, ABC's PDR log (pure; see
+    :func:`check_equivalence`). PDR is trusted for proofs only: its model is two-valued (an X on either side
+    is any value, so a proof holds for every resolution of it), while the testbench ignores the reference's
+    X; a refutation there may be no refutation in simulation."""
     if _REFUTED in log:
         table = log.split(_REFUTED, 1)[1].split("Time Signal Name", 1)[-1]  # the base case's model follows
         rows = tuple((int(m.group(1)), m.group(2), m.group(3)) for m in map(_CEX_ROW.match, table.splitlines()) if m)
@@ -149,6 +200,8 @@ def parse_log(log: str, timed_out: bool, exit_code: int | None, max_steps: int, 
     if _PROVEN in log:
         return EquivalenceResult("equivalent", "proved equivalent to the reference (k-induction)",
                                  duration_s=duration_s)
+    if _PDR_PROVEN in pdr_log:
+        return EquivalenceResult("equivalent", "proved equivalent to the reference (PDR)", duration_s=duration_s)
     if timed_out:
         return EquivalenceResult("unknown", "the equivalence check ran out of time", duration_s=duration_s)
     if exit_code != 0:

@@ -41,12 +41,12 @@ from rlvr_gym.verifier import RewardResult
 from rlvr_gym_rtl.equivalence import (
     EQUIVALENCE_COLLECT,
     EQUIVALENCE_MODES,
-    EQUIVALENCE_SCRIPT,
     EquivalenceResult,
     apply_equivalence,
     equivalence_files,
     equivalence_limits,
     equivalence_result,
+    equivalence_script,
 )
 from rlvr_gym_rtl.lint import (
     TOP_MODULE,
@@ -198,7 +198,7 @@ class RtlJudge:
         self.runner = ScriptRunner(self.sandbox, self.limits, _SCRIPTS, warm=warm_sandbox)
         self.equivalence_runner = None if equivalence == "off" else ScriptRunner(
             self.sandbox, equivalence_limits(equivalence_timeout_s, memory_limit_mb),
-            {"equivalence": EQUIVALENCE_SCRIPT}, warm=warm_sandbox)
+            {"equivalence": equivalence_script(equivalence_timeout_s)}, warm=warm_sandbox)
 
     def close(self) -> None:
         """Stops the sandboxes kept warm for the next judgement (a later judgement starts others)."""
