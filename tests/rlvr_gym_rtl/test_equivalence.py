@@ -9,11 +9,18 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from rlvr_gym_rtl.equivalence import EquivalenceResult, apply_equivalence, check_equivalence, parse_log
+from rlvr_gym_rtl.equivalence import (
+    EquivalenceResult,
+    apply_equivalence,
+    check_equivalence,
+    equivalence_result,
+    parse_log,
+)
 from rlvr_gym_rtl.judge import RtlJudge
 from rlvr_gym_rtl.problem import RtlProblem, gold_action
 from rlvr_gym_rtl.verilog_eval import BUNDLED_DIR, load_problem, resolve_problem_dir
 
+from rlvr_gym.sandbox import SandboxResult
 from rlvr_gym.verifier import RewardResult
 
 COUNTER_TROJAN = """module TopModule(input clk, input reset, output reg [3:0] q);
@@ -156,5 +163,7 @@ def test_parse_log_reads_yosys_s_three_outcomes() -> None:
     assert parse_log("", True, None, 20).detail == "the equivalence check ran out of time"
     assert "syntax error" in parse_log("ERROR: syntax error, unexpected TOK_ID", False, 1, 20).detail
     undecided = "Reached maximum number of time steps -> proof failed."
-    assert parse_log(undecided, True, 137, 20, pdr_log="Property proved.  Time = 0.02 sec").status == "equivalent"
+    assert parse_log(undecided, True, 124, 20, pdr_log="Property proved.  Time = 0.02 sec").status == "equivalent"
     assert parse_log(undecided, False, 0, 20, pdr_log="Output 0 of miter was asserted in frame 3.").status == "unknown"
+    out_of_time = SandboxResult(124, "", "", files={"eq.log": b"", "pdr.log": b"Output 0 was asserted"})
+    assert equivalence_result(out_of_time).detail == "the equivalence check ran out of time"

@@ -80,7 +80,7 @@ _PDR_LOG = "pdr.log"
 _PDR_PROVEN = "Property proved."
 _PROVEN = "Induction step proven: SUCCESS!"
 _REFUTED = "model found for base case: FAIL!"
-_KILLED = 137  # the status of a command killed by `timeout -s KILL` (128 + SIGKILL)
+_INDUCTION_TIMED_OUT = 124  # the script's status when k-induction ran out of its share of the time
 _CEX_ROW = re.compile(r"^\s+(\d+)\s+\\(\S+)\s+\S+\s+\S+\s+([01xz]+)\s*$")
 
 
@@ -121,12 +121,13 @@ def equivalence_script(timeout_s: float = 10.0) -> str:
 
     yosys's ``sat -tempinduct`` first (at most half of ``timeout_s``); when it neither proves nor refutes,
     the miter goes to ABC's PDR (``yosys-abc``, shipped with Debian's yosys) for the next 40%. The script
-    exits with yosys's status, 137 when k-induction ran out of its time.
+    exits with yosys's status, 124 when k-induction ran out of its time.
     """
     induction_s, pdr_s = _INDUCTION_SHARE * timeout_s, _PDR_SHARE * timeout_s
     return (f"timeout -s KILL {induction_s:.2f} yosys -s eq.ys >{_LOG} 2>&1\nstatus=$?\n"
+            f"[ $status -eq 137 ] && status={_INDUCTION_TIMED_OUT}\n"
             f"grep -q -e '{_PROVEN}' -e '{_REFUTED}' {_LOG} && exit $status\n"
-            f"[ $status -eq 0 ] || [ $status -eq 137 ] || exit $status\n"
+            f"[ $status -eq 0 ] || [ $status -eq {_INDUCTION_TIMED_OUT} ] || exit $status\n"
             f"yosys -q -s pdr.ys >{_PDR_LOG} 2>&1 && timeout -s KILL {pdr_s:.2f} "
             f"yosys-abc -c 'read_aiger miter.aig; pdr' >>{_PDR_LOG} 2>&1\nexit $status\n")
 
@@ -147,7 +148,7 @@ def equivalence_result(run: SandboxResult, max_steps: int = 20) -> EquivalenceRe
     """The verdict of a finished check's run (:func:`equivalence_script` with :data:`EQUIVALENCE_COLLECT`)."""
     log = run.files.get(_LOG, b"").decode("utf-8", "replace")
     pdr_log = run.files.get(_PDR_LOG, b"").decode("utf-8", "replace")
-    timed_out = run.timed_out or run.killed_by == "cpu_time" or run.exit_code == _KILLED
+    timed_out = run.timed_out or run.killed_by == "cpu_time" or run.exit_code == _INDUCTION_TIMED_OUT
     return parse_log(log, timed_out, run.exit_code, max_steps, run.duration_s, pdr_log)
 
 
