@@ -182,8 +182,8 @@ def _warm_up():
 def _prefork():
     """Forks the next job's child ahead of its program: it warms up, then waits on its own pipe for the
     job's nonce (the program is in ``job/solution.py`` by then) and serves it. Returns (pid, write end).
-    Runs after the previous job's sweep and clean-up, so the child starts from a clean sandbox."""
-    os.makedirs(JOB_DIR, exist_ok=True)
+    Runs once every process of the previous job is dead; the child touches no file before its nonce comes,
+    and the nonce comes only after the clean-up, so it starts from a clean sandbox."""
     read_fd, write_fd = os.pipe()
     child = os.fork()
     if child == 0:
@@ -197,10 +197,10 @@ def _child(read_fd):
     try:
         os.dup2(read_fd, 0)
         os.close(read_fd)
-        os.chdir(JOB_DIR)
         _warm_up()
         requests = os.fdopen(0, "rb", closefd=False)
         nonce = requests.readline().decode("ascii").strip()
+        os.chdir(JOB_DIR)
         log_fd = os.open("output.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.dup2(log_fd, 1)
         os.dup2(log_fd, 2)
@@ -298,15 +298,18 @@ def _run_job(channel, lines, job, spare):
             log = handle.read(4000).decode("utf-8", "replace")
     except OSError:
         log = ""
-    # Every process of the job is dead, so nothing can write any more: answer first, then clean and fork
-    # the next child while the judge works on its side; the next job is read only once that is done.
+    # Every process of the job is dead, so nothing can write any more: fork the next child (it warms up
+    # meanwhile), answer, then clean while the judge works on its side; the next job is read only after that.
+    spare = _prefork()
     channel.write(dumps({"done": seal, "log": log}))
     _reset_writable()
+    return spare
 
 
 def _reset_writable():
     """Empties every place a program can write (the root and /dev are read-only) and restores their modes,
-    so nothing one program wrote is visible to the next; also removes SysV IPC objects it left."""
+    so nothing one program wrote is visible to the next; also removes SysV IPC objects it left. Leaves an
+    empty ``job/`` for the next program."""
     for path, mode in WRITABLE_DIRS:
         _wipe(path)
         try:
@@ -314,6 +317,7 @@ def _reset_writable():
         except OSError:
             pass
     _remove_sysv_ipc()
+    os.makedirs(JOB_DIR, exist_ok=True)
 
 
 def _remove_sysv_ipc():
@@ -338,12 +342,9 @@ def zygote():
     _CHANNEL = _redirect_output(os.devnull)  # no log in /workspace: the next program would read it
     _reset_writable()  # the worker's own source: no program needs it
     lines = _Lines(0)
-    while True:
-        spare = _prefork()
-        line = lines.next()
-        if not line:
-            break
-        _run_job(_CHANNEL, lines, loads(line), spare)
+    spare = _prefork()
+    while line := lines.next():
+        spare = _run_job(_CHANNEL, lines, loads(line), spare)
     _sweep(None)
 
 
