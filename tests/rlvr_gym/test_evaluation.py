@@ -331,8 +331,11 @@ def test_env_threads_by_default_only_for_envs_that_declare_concurrent_steps(conc
         _ThreadRecordingEnv.threads = []
         tasks = [t.model_copy(update={"env_id": env_id}) for t in echo_tasks(4)]
         report = evaluate(_EchoBatchAgent(), tasks, k=2, max_parallel=4, progress=False)
-    assert report.metrics["pass@1"] == pytest.approx(0.5) and len(_ThreadRecordingEnv.threads) == 16
-    assert bool({t for t in _ThreadRecordingEnv.threads if t != threading.get_ident()}) is concurrent
+        assert report.metrics["pass@1"] == pytest.approx(0.5) and len(_ThreadRecordingEnv.threads) == 16
+        assert bool({t for t in _ThreadRecordingEnv.threads if t != threading.get_ident()}) is concurrent
+        _ThreadRecordingEnv.threads = []  # another factory: threads only when asked
+        evaluate(_EchoBatchAgent(), tasks, k=1, env_factory=lambda env_id: env_class(), max_parallel=4, progress=False)
+        assert {t for t in _ThreadRecordingEnv.threads if t != threading.get_ident()} == set()
 
 
 def test_sandboxed_families_declare_concurrent_steps_and_in_memory_ones_do_not() -> None:
