@@ -41,7 +41,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     texts = [f"Say the word: {w}" for w in WORDS] + [f"say {w}" for w in WORDS] + ["Correct.", "Wrong."]
-    policy = TransformersPolicy.from_pretrained(str(save_tiny_policy(texts, Path(tempfile.mkdtemp()) / "m")))
+    policy = TransformersPolicy.from_pretrained(str(save_tiny_policy(texts, Path(tempfile.mkdtemp()) / "m", tokenizer="word")))
     chat = ChatFormat.for_policy(policy)
     tasks = echo_tasks(args.episodes)  # their env id is served by SlowEchoEnv through the factory below
     sampling = SamplingParams(temperature=0.0, max_new_tokens=4)

@@ -40,7 +40,8 @@ def policy_for_benchmark(model_dir: str | None, seed: int) -> tuple[Transformers
         model_dir = tempfile.mkdtemp(prefix="ppo_update_speed_")
         config = load_config(None, ["sft.expert=oracle"])
         tasks = list(load_suite("textworld/starter-train"))[:200]
-        save_tiny_policy([text for d in collect_demonstrations(config.sft, config.env, tasks, 200, seed) for text in d.observations + d.actions], model_dir, seed=seed)
+        save_tiny_policy([text for d in collect_demonstrations(config.sft, config.env, tasks, 200, seed) for text in d.observations + d.actions], model_dir, seed=seed,
+                         tokenizer="word")
     policy = TransformersPolicy.from_pretrained(model_dir, seed=seed)
     chat = ChatFormat(policy.tokenizer)
     policy.stop_token_ids = frozenset(policy.stop_token_ids | {chat.end_of_turn_id})

@@ -32,7 +32,7 @@ def _policy(model_dir: str | None, seed: int) -> tuple[TransformersPolicy, ChatF
         model_dir = tempfile.mkdtemp(prefix="rollout_tokens_")
         config = load_config(None, ["sft.expert=oracle"])
         tasks = list(load_suite("textworld/easy-train"))[:200]
-        save_tiny_policy([text for d in collect_demonstrations(config.sft, config.env, tasks, 200, seed) for text in d.observations + d.actions], model_dir, seed=seed,
+        save_tiny_policy([text for d in collect_demonstrations(config.sft, config.env, tasks, 200, seed) for text in d.observations + d.actions], model_dir, seed=seed, tokenizer="word",
                          max_context_tokens=1024)
     policy = TransformersPolicy.from_pretrained(model_dir, seed=seed, max_context_tokens=1024)
     chat = ChatFormat(policy.tokenizer)

@@ -13,7 +13,7 @@ an oracle-demonstration tokenizer and random weights). Then, alternating ours an
 - rollouts: ours (``GrowableCache``: appends in place; identical first contexts prefilled once) against
   transformers' ``DynamicCache`` (``torch.cat`` per decoding step) with every row prefilled; same sampling
   seed, so both must produce the same token ids;
-- update: ``SharedPromptScorer`` (distinct prompts once, continuations in length-sorted micro-batches of
+- update: ``PrefixTreeScorer`` (distinct prompts once, continuations in length-sorted micro-batches of
   4,096 padded tokens) against ``batching.token_logprobs`` on whole rows in length-sorted micro-batches of
   4,096 padded tokens (the update before 2026-12-02); forward and backward of the same weighted log-prob sum,
   whose gradients must agree up to float rounding.
@@ -36,7 +36,7 @@ from rlvr_gym_agents.batching import length_micro_batches, pad_right, token_logp
 from rlvr_gym_agents.policy import KVState, SamplingParams, TransformersPolicy
 from rlvr_gym_agents.policy.chat import ChatFormat
 from rlvr_gym_agents.rollout import Trajectory, run_episodes
-from rlvr_gym_agents.update.scoring import SharedPromptScorer
+from rlvr_gym_agents.update.scoring import PrefixTreeScorer
 
 from rlvr_gym import Task, load_suite
 
@@ -82,7 +82,8 @@ def _whole_rows(model: torch.nn.Module, ids: torch.Tensor, lengths: list[int], w
 def _shared(model: torch.nn.Module, ids: torch.Tensor, lengths: list[int], prompt_lengths: list[int],
             weights: torch.Tensor, pad_token_id: int) -> None:
     rows = torch.arange(len(lengths))
-    scorer = SharedPromptScorer(model, ids, lengths, prompt_lengths, rows, 1.0, pad_token_id)
+    scorer = PrefixTreeScorer(model, ids, lengths, prompt_lengths, rows, 1.0, pad_token_id,
+                              max_tokens=MICRO_BATCH_TOKENS)
     for micro in scorer.micro_batches(rows, MICRO_BATCH_TOKENS):
         logp, _ = scorer.logprobs(model, micro)
         (logp * weights[micro, : logp.shape[1]]).sum().backward()

@@ -11,7 +11,8 @@ For each seed, the same tasks (``--suite``, default the quickstart's training su
 (:func:`rlvr_gym_agents.rollout.run_episodes`, KV cache reused across turns, the baseline) and as trees
 (:class:`rlvr_gym_agents.rollout.tree_sampler.TreeSampler`, entropy-balanced branching with ``m`` global samples per
 task, one line per ``--global-samples`` value, and AEPO pre-monitoring). Prints, per configuration: generated
-tokens per leaf, wall seconds per leaf, success rate per leaf, distinct successful action sequences per task,
+tokens per leaf, wall seconds per leaf, CPU seconds per leaf (the process's own: with ``--threads 1`` the work,
+which a loaded machine disturbs less than the wall time), success rate per leaf, distinct successful action sequences per task,
 turns per leaf, the share of tasks whose leaves do not all succeed or all fail ("mixed": the groups a
 success-reward update learns from) and that share per 1,000 generated tokens, and the tree/flat ratios
 (target: <= 0.6x tokens per leaf); for trees also the success rate of the leaves that continue a global sample
@@ -61,7 +62,7 @@ def load_policy(model: str | None, seed: int) -> tuple[TransformersPolicy, ChatF
     return build_policy(config, Path(tempfile.mkdtemp(prefix="tree-bench-")), None, [], Console(False))
 
 
-def flat_stats(trajectories: list[Trajectory], seconds: float) -> dict[str, float]:
+def flat_stats(trajectories: list[Trajectory], seconds: float, cpu_seconds: float = float("nan")) -> dict[str, float]:
     leaves = len(trajectories)
     wins: dict[str, set[tuple[str, ...]]] = {}
     for t in trajectories:
@@ -70,6 +71,7 @@ def flat_stats(trajectories: list[Trajectory], seconds: float) -> dict[str, floa
     return {
         "tokens_per_leaf": sum(t.num_generated_tokens for t in trajectories) / leaves,
         "seconds_per_leaf": seconds / leaves,
+        "cpu_seconds_per_leaf": cpu_seconds / leaves,
         "success": sum(t.success for t in trajectories) / leaves,
         "distinct_successful": sum(len(v) for v in wins.values()) / len({t.task_id for t in trajectories}),
         "turns_per_leaf": sum(len(t.turns) for t in trajectories) / leaves,
@@ -109,19 +111,19 @@ def tree_config(leaves: int, settings: dict[str, Any], **fields: Any) -> TreeSam
 def run_flat(
     policy: TransformersPolicy, chat: ChatFormat, tasks: list[Any], leaves: int, sampling: SamplingParams
 ) -> dict[str, float]:
-    began = time.perf_counter()
+    began, began_cpu = time.perf_counter(), time.process_time()
     trajectories = run_episodes(policy, chat, [t for t in tasks for _ in range(leaves)], sampling)
-    return flat_stats(trajectories, time.perf_counter() - began)
+    return flat_stats(trajectories, time.perf_counter() - began, time.process_time() - began_cpu)
 
 
 def run_tree(
     policy: TransformersPolicy, chat: ChatFormat, tasks: list[Any], config: TreeSamplerConfig, sampling: SamplingParams
 ) -> dict[str, float]:
-    began = time.perf_counter()
+    began, began_cpu = time.perf_counter(), time.process_time()
     rollout = TreeSampler(policy, chat, config).sample(tasks, sampling)
-    seconds = time.perf_counter() - began
+    seconds, cpu_seconds = time.perf_counter() - began, time.process_time() - began_cpu
     trajectories = [t for tree in rollout.trees for t in tree.trajectories()]
-    stats = flat_stats(trajectories, seconds)
+    stats = flat_stats(trajectories, seconds, cpu_seconds)
     stats["tokens_per_leaf"] = rollout.metrics["tokens_per_leaf"]  # shared prefixes counted once
     stats["branches_per_task"] = rollout.metrics["branches"] / len(tasks)
     stats["branch_depth"] = rollout.metrics["branch_depth_mean"]
@@ -181,7 +183,8 @@ def report(results: dict[str, list[dict[str, float]]], leaves: int) -> None:
     base = {k: statistics.mean(s[k] for s in results["flat"]) for k in results["flat"][0]}
     print("\nmeans over seeds (ratio = tree / flat)")
     header = (
-        f"{'variant':<24} {'tokens/leaf':>12} {'ratio':>6} {'s/leaf':>8} {'ratio':>6} {'success':>8} "
+        f"{'variant':<24} {'tokens/leaf':>12} {'ratio':>6} {'s/leaf':>8} {'ratio':>6} {'cpu s/leaf':>10} {'ratio':>6} "
+        f"{'success':>8} "
         f"{'distinct wins/task':>18} {'turns/leaf':>10} {'mixed tasks':>11} {'per 1k tok':>10} "
         f"{'success global/branched':>24} {'branch depth':>12}"
     )
@@ -191,6 +194,8 @@ def report(results: dict[str, list[dict[str, float]]], leaves: int) -> None:
         print(
             f"{name:<24} {mean['tokens_per_leaf']:>12.1f} {mean['tokens_per_leaf'] / base['tokens_per_leaf']:>6.2f} "
             f"{mean['seconds_per_leaf']:>8.3f} {mean['seconds_per_leaf'] / base['seconds_per_leaf']:>6.2f} "
+            f"{mean['cpu_seconds_per_leaf']:>10.3f} "
+            f"{mean['cpu_seconds_per_leaf'] / base['cpu_seconds_per_leaf']:>6.2f} "
             f"{mean['success']:>8.3f} {mean['distinct_successful']:>18.2f} {mean['turns_per_leaf']:>10.2f} "
             f"{mean['mixed_tasks']:>11.3f} {1000 * mean['mixed_tasks'] / (leaves * mean['tokens_per_leaf']):>10.3f} "
             + (f"{mean['success_global']:>13.3f} / {mean['success_branched']:<8.3f} {mean['branch_depth']:>12.2f}"

@@ -312,17 +312,34 @@ class EnvPool:
             _import_ray().kill(dead_actor, no_restart=True)
 
     def _ensure_ray(self) -> Any:
-        ray = _import_ray()
-        if not ray.is_initialized():
-            if self.ray_address is None:
-                ray.init(
-                    num_cpus=self.num_cpus, include_dashboard=False, log_to_driver=False,
-                    configure_logging=False,
-                )
-            else:
-                ray.init(address=self.ray_address, log_to_driver=False, configure_logging=False)
-            self._started_ray = True
-        return ray
+        self._started_ray = ensure_ray(self.ray_address, self.num_cpus) or self._started_ray
+        return _import_ray()
+
+
+def ensure_ray(address: str | None = None, num_cpus: int | None = 2) -> bool:
+    """Starts or joins Ray once per process: the one place the project initialises Ray (env pools and the
+    learning side's rollout workers share it).
+
+    Args:
+        address: an existing cluster to join (``"auto"``, ``"ray://host:10001"``); None starts a local instance.
+        num_cpus: CPUs of a local instance (None: all of this machine's); ignored when joining a cluster.
+
+    Returns:
+        True when this call started or joined Ray (the caller then owns ``ray.shutdown()``); False when Ray was
+        already initialised in this process.
+
+    Raises:
+        ModuleNotFoundError: Ray is not installed.
+        ConnectionError: ``address`` names no reachable cluster (Ray's own error).
+    """
+    ray = _import_ray()
+    if ray.is_initialized():
+        return False
+    if address is None:
+        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    else:
+        ray.init(address=address, log_to_driver=False, configure_logging=False)
+    return True
 
 
 class RemoteEnv(Env):

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 def pad_right(rows: Sequence[Sequence[float]], pad_value: float, dtype: torch.dtype) -> torch.Tensor:
     """Right-pads ``rows`` into a (B, T) tensor, T = the longest row."""
-    width = max(len(r) for r in rows)
+    width = max((len(r) for r in rows), default=0)
     out = torch.full((len(rows), width), pad_value, dtype=dtype)
     for i, row in enumerate(rows):
         out[i, : len(row)] = torch.as_tensor(list(row), dtype=dtype)

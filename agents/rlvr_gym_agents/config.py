@@ -46,8 +46,14 @@ class ModelConfig:
     """Tiny policy: MLP width."""
     max_context_tokens: int = 1024
     """Longest context (tiny policy: its position table; hub models: the rollout's limit)."""
+    tokenizer: str = "bpe"
+    """Tiny policy: ``bpe`` (byte-level BPE: any text round-trips, for code, RTL, tool calls and web actions) or
+    ``word`` (one token per word, whitespace dropped: shorter text-world episodes, no code); see
+    :mod:`rlvr_gym_agents.warmstart.tiny`."""
+    vocab_size: int = 2048
+    """Tiny policy, ``bpe``: the most tokens (6 special + 256 bytes + merges learnt from the corpus), >= 262."""
     corpus_episodes: int = 600
-    """Tiny policy: demonstration episodes whose text trains the word-level tokenizer."""
+    """Tiny policy: demonstration episodes whose text trains the tokenizer."""
     corpus: str | None = None
     """Tiny policy: extra tokenizer text, ``package.module:function`` called as ``function(env.env_id,
     corpus_episodes, seed)`` -> list of str, e.g. ``rlvr_gym_textworld:corpus_texts`` (every failure message of
@@ -200,11 +206,21 @@ class AlgorithmConfig:
     """Optimizer steps per epoch."""
     micro_batch_tokens: int | None = 4096
     """Padded continuation tokens per forward/backward pass. Each mini-batch's distinct prompts run once
-    (``shared_prompt.SharedPromptScorer``: a group's episodes share theirs); the continuations (turns and
+    (``update.scoring.PrefixTreeScorer``: a group's episodes share theirs); the continuations (turns and
     observations) are sorted by length and split into micro-batches within this budget, whose gradients are
     accumulated into one optimizer step (the same step as the whole mini-batch; verl's dynamic batch size).
     None: one pass over all continuations, padded to the longest (slower: sorted micro-batches pad less).
     Measurements: docs/results.md."""
+    share_tree_prefixes: bool = True
+    """Also run the ids rows of a mini-batch share after their prompt (a rollout tree's turns and observations
+    above its branch points; a flat group's identical first turns) once, with every leaf's gradient flowing through
+    them (``update.scoring.PrefixTreeScorer``); the same log-probs and gradients as scoring each row whole. On
+    text-world batches the update took 0.63x (trees) and 0.92x (flat groups) the CPU time (docs/results.md,
+    issue 25); False: only the prompts are shared."""
+    min_shared_tokens: int = 32
+    """With ``share_tree_prefixes``: the shortest shared run of ids that gets a pass of its own (shorter runs are
+    scored by each row: one more level of passes costs more than it saves on a small model). 32 was the fastest
+    of 1-128 on text-world trees (docs/results.md, issue 25)."""
     loss: LossConfig = dataclasses.field(default_factory=LossConfig)
     """The policy loss (``policy_loss`` of losses.py)."""
 
@@ -322,6 +338,9 @@ class TrainConfig:
             raise ConfigError(f"algorithm.estimator must be grpo, drgrpo or rloo, got {self.algorithm.estimator!r}")
         if self.rollout.engine not in ("transformers", "vllm", "fake_vllm"):
             raise ConfigError(f"rollout.engine must be transformers, vllm or fake_vllm, got {self.rollout.engine!r}")
+        if self.model.tokenizer not in ("bpe", "word") or self.model.vocab_size < 262:
+            raise ConfigError(f"model.tokenizer must be bpe or word and model.vocab_size >= 262 (6 special tokens + 256 "
+                              f"bytes), got {self.model.tokenizer!r} and {self.model.vocab_size}")
         if self.rollout.weight_sync not in ("broadcast", "ipc"):
             raise ConfigError(f"rollout.weight_sync must be broadcast or ipc, got {self.rollout.weight_sync!r}")
         if self.rollout.engine == "fake_vllm" and self.rollout.weight_sync == "ipc":
@@ -356,6 +375,8 @@ class TrainConfig:
         if self.env.num_workers < 0:
             raise ConfigError(f"env.num_workers must be >= 0 (0 = in-process envs), got {self.env.num_workers}")
         self._derive_cluster()
+        if self.algorithm.min_shared_tokens < 1:
+            raise ConfigError(f"algorithm.min_shared_tokens must be >= 1, got {self.algorithm.min_shared_tokens}")
         if self.algorithm.micro_batch_tokens is not None and self.algorithm.micro_batch_tokens < 1:
             raise ConfigError(f"algorithm.micro_batch_tokens must be >= 1 (or null for one pass per mini-batch), "
                               f"got {self.algorithm.micro_batch_tokens}")

@@ -157,12 +157,33 @@ def load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.O
 
 
 def _pin_tokenizer_class(folder: Path) -> None:
+    """Makes ``AutoTokenizer.from_pretrained(folder)`` load the tokenizer saved there, as the project's loader does.
+
+    The class is named ``PreTrainedTokenizerFast`` (the project's loader reads that name). transformers 5 (5.24
+    checked) ignores that name for model types it lists in ``MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS``, ``qwen2``
+    among them: ``AutoTokenizer`` builds ``Qwen2Tokenizer``, which keeps only ``tokenizer.json``'s vocabulary and
+    merges and puts Qwen2's byte-level pipeline around them. A byte-level BPE tokenizer built with that pipeline (the
+    tiny policy's ``bpe``, Qwen's own) loads the same either way. A word-level vocabulary does not: it has no merges
+    and its words are not byte-level symbols, so ``lookup(entity='Kelkel Lingath')`` came back as a few stray ids.
+    For a ``WordLevel`` tokenizer the config also gets an ``auto_map`` naming ``PreTrainedTokenizerFast``:
+    ``AutoTokenizer`` then skips the model type's class and, as remote code is refused for these model types
+    unless ``trust_remote_code=True``, loads the class the config names (``trust_remote_code=True`` then fails
+    loudly instead of mis-loading).
+    """
     config_file = folder / "tokenizer_config.json"
-    if config_file.is_file():
-        config = json.loads(config_file.read_text(encoding="utf-8"))
-        if config.get("tokenizer_class") in (None, "TokenizersBackend"):
-            config["tokenizer_class"] = "PreTrainedTokenizerFast"
-            config_file.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    if not config_file.is_file():
+        return
+    config = json.loads(config_file.read_text(encoding="utf-8"))
+    changed = dict(config)
+    if config.get("tokenizer_class") in (None, "TokenizersBackend"):
+        changed["tokenizer_class"] = "PreTrainedTokenizerFast"
+    tokenizer_file = folder / "tokenizer.json"
+    if changed.get("tokenizer_class") == "PreTrainedTokenizerFast" and tokenizer_file.is_file():
+        model_type = json.loads(tokenizer_file.read_text(encoding="utf-8")).get("model", {}).get("type")
+        if model_type == "WordLevel":
+            changed["auto_map"] = {"AutoTokenizer": [None, "PreTrainedTokenizerFast"]}
+    if changed != config:
+        config_file.write_text(json.dumps(changed, indent=2) + "\n", encoding="utf-8")
 
 
 def _remove_tree(path: Path) -> None:

@@ -9,7 +9,8 @@ zero-variance groups), each line a stage package:
 2. **credit** (:mod:`rlvr_gym_agents.credit`): per-token advantages of ``algorithm.credit`` (soft, gigpo, treerl,
    ...), the invalid-action penalty applied once;
 3. **drop** the groups whose returns are all equal (zero advantage; DAPO dynamic sampling);
-4. **update** (:mod:`rlvr_gym_agents.update`): ``epochs`` x ``num_minibatches`` clipped policy-gradient steps;
+4. **update** (:mod:`rlvr_gym_agents.update`): ``epochs`` x ``num_minibatches`` clipped policy-gradient steps, in
+   this process or on ``cluster.learners`` torch.distributed ranks (:class:`rlvr_gym_agents.cluster.LearnerGroup`);
 5. **sync** the weights to a separate rollout engine (vLLM); no-op for the transformers engine;
 6. **log / evaluate / checkpoint** (metrics.jsonl, TensorBoard; held-out evaluation every ``eval.every_steps``;
    an atomic checkpoint every ``train.checkpoint_every``; a rerun in the same ``output.dir`` resumes from it).
@@ -28,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import functools
 import json
 import random
 import time
@@ -60,7 +62,7 @@ from rlvr_gym_agents.run_io import (
     save_checkpoint,
     save_model_dir,
 )
-from rlvr_gym_agents.update.ppo import UpdateConfig, ppo_update
+from rlvr_gym_agents.update.ppo import PPOUpdater, UpdateConfig, Updater
 from rlvr_gym_agents.update.precision import autocast, autocast_dtype, parameter_dtype
 from rlvr_gym_agents.warmstart import build_tiny_policy, warm_start
 
@@ -79,8 +81,7 @@ class Run:
     sampler: FlatSampler | TreeSampler
     optimizer: torch.optim.Optimizer
     credit: CreditConfig
-    update: UpdateConfig
-    ref_model: torch.nn.Module | None
+    updater: Updater
     train_tasks: list[Task] | None
 
 
@@ -101,15 +102,18 @@ def train(config: TrainConfig, started: float | None = None) -> dict[str, Any]:
     Raises:
         rlvr_gym.UnknownEnvError / rlvr_gym.SuiteNotFoundError: an env id or suite of the recipe does not exist
             (before any work).
-        TrainingError: every episode of an RL step crashed.
+        TrainingError: every episode of an RL step crashed, or a learner rank died (``cluster.learners > 1``; a
+            rerun resumes from the last checkpoint).
     """
-    with env_factory_of(config) as env_factory, step_executor_of(config) as step_executor:
-        return _train(config, env_factory, step_executor, time.monotonic() if started is None else started)
+    with (contextlib.ExitStack() as closing, env_factory_of(config) as env_factory,
+          step_executor_of(config) as step_executor):
+        return _train(config, env_factory, step_executor, time.monotonic() if started is None else started, closing)
 
 
 def _train(config: TrainConfig, env_factory: Callable[..., Env], step_executor: Executor | None,
-           began: float) -> dict[str, Any]:
-    """:func:`train` with envs from ``env_factory`` (stepped on ``step_executor``), counting time from ``began``."""
+           began: float, closing: contextlib.ExitStack) -> dict[str, Any]:
+    """:func:`train` with envs from ``env_factory`` (stepped on ``step_executor``), counting time from ``began``;
+    what the run starts on Ray (rollout workers, a learner group) is closed with ``closing``."""
     train_tasks, test_tasks = load_task_sources(config)
     run_dir = Path(config.output.dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -119,9 +123,7 @@ def _train(config: TrainConfig, env_factory: Callable[..., Env], step_executor: 
     logger = MetricsLogger(run_dir, (["tensorboard"] if config.output.tensorboard else []) + list(config.output.trackers),
                            to_dict(config))
     policy, chat = build_policy(config, run_dir, train_tasks, test_tasks, console)
-    trainable = [p for p in policy.model.parameters() if p.requires_grad]  # the adapters only, with LoRA
-    optimizer = torch.optim.AdamW(trainable, lr=config.train.learning_rate,
-                                  weight_decay=config.train.weight_decay)
+    optimizer = build_optimizer(config, policy.model)
     rollout_policy = build_rollout_policy(config, policy, config.model.path_or_id or str(run_dir / "tiny_init"))
     evaluate = _evaluator(config, rollout_policy, chat, test_tasks, console, env_factory, step_executor)
     checkpoint_dir = run_dir / "checkpoint"
@@ -146,10 +148,9 @@ def _train(config: TrainConfig, env_factory: Callable[..., Env], step_executor: 
         state["metrics_lines"] = logger.num_lines()
         save_checkpoint(checkpoint_dir, policy.model, policy.tokenizer, optimizer, 0, policy.generator, state)
     sync_weights(rollout_policy, policy)
+    updater = closing.enter_context(contextlib.closing(build_updater(config, policy, optimizer, run_dir)))
     run = Run(config, policy, rollout_policy, build_sampler(config, rollout_policy, chat, env_factory, step_executor), optimizer,
-              credit_config(config), update_config(config),
-              _reference_model(policy.model, run_dir / "sft_model") if config.algorithm.loss.kl_coef > 0 else None,
-              train_tasks)
+              credit_config(config), updater, train_tasks)
     rl_began = time.monotonic()
     for step in range(start_step + 1, config.train.num_steps + 1):
         record = rl_step(run, step)
@@ -163,6 +164,7 @@ def _train(config: TrainConfig, env_factory: Callable[..., Env], step_executor: 
         periodic = config.train.checkpoint_every and step % config.train.checkpoint_every == 0
         if stop or periodic or step == config.train.num_steps:
             state["metrics_lines"] = logger.num_lines()
+            run.updater.pull_optimizer_state()  # a learner group's; the trainer's model already has its weights
             save_checkpoint(checkpoint_dir, policy.model, policy.tokenizer, optimizer, step, policy.generator, state)
         if stop:
             console.note(f"RL stopped by {stop} after step {step}")
@@ -198,8 +200,7 @@ def rl_step(run: Run, step: int) -> dict[str, Any]:
     kept = [t for t, k in zip(batch.trajectories, keep.tolist()) if k]
     rollout_s = time.monotonic() - began
     sleep_rollout_engine(run.rollout_policy, run.policy)
-    update = (ppo_update(run.policy.model, run.optimizer, kept, advantages[keep], run.update, run.ref_model,
-                         run.policy.pad_token_id) if kept else {})
+    update = run.updater.update(kept, advantages[keep]) if kept else {}  # in-process or a learner group
     if kept:
         sync_weights(run.rollout_policy, run.policy)
     return {"phase": "rl", "step": step, "process_cpu_s": time.process_time(), **rollout_metrics(batch.trajectories),
@@ -260,16 +261,57 @@ def build_policy(config: TrainConfig, run_dir: Path, train_tasks: list[Task] | N
         if not (Path(path) / "config.json").is_file():
             with console.status("building the tiny tokenizer and model from env text"):
                 build_tiny_policy(config.model, config.sft, config.env, config.seed, train_tasks, test_tasks, path)
-    # Mixed precision: the trained parameters are fp32 master weights (update.precision).
+    policy = load_policy(config, path)
+    chat = ChatFormat.for_policy(policy, config.env.system_prompt)
+    console.note(f"policy {path}: {sum(p.numel() for p in policy.model.parameters()):,} parameters, "
+                 f"vocabulary {len(policy.tokenizer)}")
+    return policy, chat
+
+
+def load_policy(config: TrainConfig, path: str) -> TransformersPolicy:
+    """The model directory ``path`` as the trained policy: on ``model.device``, fp32 master weights under mixed
+    precision (:mod:`rlvr_gym_agents.update.precision`), LoRA adapters when ``model.lora.rank > 0``."""
     dtype = parameter_dtype(config.train.precision, config.model.dtype)
     policy = TransformersPolicy.from_pretrained(path, device=config.model.device, dtype=dtype,
                                                 max_context_tokens=config.model.max_context_tokens, seed=config.seed)
     if config.model.lora.rank > 0:
         apply_lora(policy.model, config.model.lora)
-    chat = ChatFormat.for_policy(policy, config.env.system_prompt)
-    console.note(f"policy {path}: {sum(p.numel() for p in policy.model.parameters()):,} parameters, "
-                 f"vocabulary {len(policy.tokenizer)}")
-    return policy, chat
+    return policy
+
+
+def trainable_model(config: TrainConfig, path: str) -> torch.nn.Module:
+    """The model :func:`load_policy` loads (what each learner rank builds)."""
+    return load_policy(config, path).model
+
+
+def build_optimizer(config: TrainConfig, model: torch.nn.Module) -> torch.optim.Optimizer:
+    """AdamW over ``model``'s trainable parameters (the adapters only, with LoRA), ``train.learning_rate`` and
+    ``train.weight_decay``."""
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    return torch.optim.AdamW(trainable, lr=config.train.learning_rate, weight_decay=config.train.weight_decay)
+
+
+def build_updater(config: TrainConfig, policy: TransformersPolicy, optimizer: torch.optim.Optimizer,
+                  run_dir: Path) -> Updater:
+    """What updates the policy: :func:`ppo_update` in this process (``cluster.learners = 1``), or a
+    :class:`~rlvr_gym_agents.cluster.LearnerGroup` of ``cluster.learners`` torch.distributed ranks on Ray that
+    starts from ``policy``'s weights and ``optimizer``'s state and loads its new weights back into ``policy``."""
+    sft_dir, model_dir = run_dir / "sft_model", config.model.path_or_id or str(run_dir / "tiny_init")
+    with_kl = config.algorithm.loss.kl_coef > 0
+    if config.cluster.learners == 1:
+        return PPOUpdater(policy.model, optimizer, update_config(config),
+                          _reference_model(policy.model, sft_dir) if with_kl else None, policy.pad_token_id)
+    from rlvr_gym_agents.cluster import LearnerGroup
+
+    group = LearnerGroup(
+        config.cluster.learners, functools.partial(trainable_model, config, model_dir),
+        functools.partial(build_optimizer, config), update_config(config), policy.pad_token_id,
+        reference_factory=functools.partial(_reference_model, sft_dir=sft_dir) if with_kl else None,
+        mirror=policy.model, mirror_optimizer=optimizer, backend=config.cluster.backend, device=config.model.device,
+        ray_address=config.cluster.ray_address,
+        threads_per_rank=max(1, config.model.num_threads // config.cluster.learners))
+    group.load_state(policy.model.state_dict(), optimizer.state_dict())
+    return group
 
 
 def build_rollout_policy(config: TrainConfig, policy: TransformersPolicy, model_path: str) -> Policy:
@@ -311,7 +353,9 @@ def update_config(config: TrainConfig) -> UpdateConfig:
     algorithm = config.algorithm
     return UpdateConfig(algorithm.epochs, algorithm.num_minibatches, algorithm.micro_batch_tokens, algorithm.loss,
                         config.rollout.temperature, config.train.max_grad_norm,
-                        autocast_dtype(config.train.precision, config.model.dtype))
+                        autocast_dtype(config.train.precision, config.model.dtype),
+                        share_tree_prefixes=algorithm.share_tree_prefixes,
+                        min_shared_tokens=algorithm.min_shared_tokens)
 
 
 def _evaluator(config: TrainConfig, policy: Policy, chat: ChatFormat, tasks: list[Task], console: Console,

@@ -24,7 +24,8 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from rlvr_gym_agents.warmstart.tiny import save_tiny_policy
 
     torch.set_num_threads(1)
-    return save_tiny_policy(ECHO_TEXT, tmp_path_factory.mktemp("tiny") / "model", seed=0, max_context_tokens=256)
+    return save_tiny_policy(ECHO_TEXT, tmp_path_factory.mktemp("tiny") / "model", seed=0, max_context_tokens=256,
+                            tokenizer="word")
 
 
 @pytest.fixture()

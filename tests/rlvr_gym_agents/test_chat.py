@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from rlvr_gym_agents.policy import load_tokenizer
 from rlvr_gym_agents.policy.chat import ChatFormat
-from rlvr_gym_agents.warmstart.tiny import build_tokenizer
+from rlvr_gym_agents.warmstart.tiny import build_bpe_tokenizer, build_word_tokenizer
 from transformers import PreTrainedTokenizerFast
 
 # Qwen2.5-Instruct's chat template without the tool branches (as published with Qwen/Qwen2.5-0.5B-Instruct).
@@ -27,7 +27,7 @@ WORDS = ["You are in the kitchen.", "go to fridge 1", "You arrive at the fridge 
 
 
 def _qwen_like_tokenizer() -> PreTrainedTokenizerFast:
-    tokenizer = build_tokenizer(WORDS)
+    tokenizer = build_word_tokenizer(WORDS)
     tokenizer.add_special_tokens({"eos_token": "<|im_end|>", "additional_special_tokens": ["<|im_start|>"]})
     tokenizer.chat_template = QWEN25_TEMPLATE
     return tokenizer
@@ -89,3 +89,14 @@ def test_tokenizer_without_template_is_rejected(tiny_model_dir: Path) -> None:
     tokenizer.chat_template = None
     with pytest.raises(ValueError, match="chat_template"):
         ChatFormat(tokenizer)
+
+
+@pytest.mark.parametrize("system_prompt", [None, "Be brief."])
+def test_byte_level_template_tito_equals_full_rerender(system_prompt: str | None) -> None:
+    chat = ChatFormat(build_bpe_tokenizer(WORDS, vocab_size=320), system_prompt=system_prompt)
+    observations = ["You are in the kitchen.", "  Traceback:\n    line 2\n", "Nothing happens. "]
+    actions = ["go to fridge 1", "```python\ndef f(x):\n    return x\n```"]
+    assert _assemble(chat, observations, actions) == chat.render_ids(observations, actions)
+    assert _assemble(chat, observations, actions[:1]) == chat.render_ids(observations[:2], actions[:1])
+    # no template text around an observation but the special tokens: nothing joins its first or last word
+    assert (chat._delta_prefix, chat._delta_suffix) == ("<|user|>", "<|end|><|assistant|>")

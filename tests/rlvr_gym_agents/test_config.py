@@ -16,6 +16,14 @@ def test_defaults_without_a_recipe() -> None:
     assert config.rollouts_per_step == config.train.tasks_per_step * config.train.group_size
 
 
+def test_a_new_recipe_gets_byte_level_bpe_and_the_text_world_recipes_keep_words() -> None:
+    assert (load_config(None).model.tokenizer, load_config(None).model.vocab_size) == ("bpe", 2048)
+    kinds = {name: load_config(RECIPES / f"{name}.yaml").model.tokenizer
+             for name in ("quickstart", "textworld-tree", "tools-tree", "rtl-tree", "web-tree")}
+    assert kinds == {"quickstart": "word", "textworld-tree": "word", "tools-tree": "bpe", "rtl-tree": "bpe",
+                     "web-tree": "bpe"}
+
+
 def test_overrides_reach_nested_sections_with_yaml_types() -> None:
     config = load_config(RECIPES / "quickstart.yaml",
                          ["seed=2", "train.num_steps=3", "algorithm.loss.clip_high=0.3", "eval.greedy=false",
@@ -42,7 +50,10 @@ def test_ints_are_accepted_for_floats() -> None:
     ("train.group_size=1", "group_size"),
     ("seed.x=1", "seed must be int"),
     ("algorithm.micro_batch_tokens=0", "micro_batch_tokens must be >= 1"),
+    ("algorithm.min_shared_tokens=0", "min_shared_tokens must be >= 1"),
     ("sft.ema_decay=1.5", "sft.ema_decay must be in"),
+    ("model.tokenizer=char", "model.tokenizer must be bpe or word"),
+    ("model.vocab_size=100", "model.vocab_size >= 262"),
 ])
 def test_bad_overrides_name_the_problem(override: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
@@ -61,7 +72,7 @@ def test_missing_recipe() -> None:
         load_config("no/such/recipe.yaml")
 
 
-@pytest.mark.parametrize("name", ["quickstart.yaml", "qwen2.5-0.5b-textworld.yaml"])
+@pytest.mark.parametrize("name", ["quickstart.yaml", "qwen2.5-0.5b-textworld.yaml", "code-tiny.yaml"])
 def test_shipped_recipes_load(name: str) -> None:
     load_config(RECIPES / name)
 

@@ -1,4 +1,5 @@
-"""GrowableLayer / GrowableCache: in-place appends with spare slots, behaving like transformers' DynamicLayer."""
+"""GrowableLayer / GrowableCache: in-place appends with spare slots, behaving like transformers' DynamicLayer; first
+contexts that are identical or share a long prefix are prefilled once."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import pytest
 import torch
 from rlvr_gym_agents.policy import SamplingParams, TransformersPolicy
 from rlvr_gym_agents.policy.kv import MIN_CAPACITY, GrowableCache, GrowableLayer
+from rlvr_gym_agents.policy.transformers import MIN_SHARED_PREFILL, shared_prefixes
 
 
 def _slots(n: int, fill: float) -> torch.Tensor:
@@ -82,3 +84,33 @@ def test_identical_first_contexts_are_prefilled_once(tiny_policy: TransformersPo
         assert got.logps == pytest.approx(want.logps, abs=1e-5)
     assert state.context_lengths() == [3 + len(grouped[0].token_ids), 4 + len(grouped[1].token_ids),
                                        3 + len(grouped[2].token_ids), 3 + len(grouped[3].token_ids)]
+
+
+def test_shared_prefixes_group_sorted_rows_by_a_long_enough_leading_run() -> None:
+    rows = [[1, 2, 3, 4, 5, 9], [1, 2, 3, 4, 6], [7, 8], [1, 2, 3, 4, 5, 9, 1], [1, 2, 3]]
+    # rows 0, 1, 3 share [1, 2, 3, 4]; row 4 is too short to share 3 ids and keep one; row 2 shares nothing
+    assert shared_prefixes(rows, 3) == ([0, 0, 1, 0, 2], [[1, 2, 3, 4], [], []])
+    assert shared_prefixes(rows, 5) == ([0, 1, 2, 0, 3], [[1, 2, 3, 4, 5], [], [], []])
+    # a prefix leaves every row its last id
+    assert shared_prefixes([[1, 2, 3, 4], [1, 2, 3, 4, 5]], 2) == ([0, 0], [[1, 2, 3]])
+
+
+def test_first_contexts_sharing_a_long_prefix_prefill_it_once(tiny_policy: TransformersPolicy) -> None:
+    """Fresh rows sharing MIN_SHARED_PREFILL+ leading ids (a tree's fallback branches) run them once, then each its
+    rest; each row generates what it generates alone."""
+    common = [(3 + i) % 20 + 3 for i in range(MIN_SHARED_PREFILL + 5)]
+    contexts = [common + [7, 9], common[:-2] + [10], common + [7, 9], [3, 9, 10]]
+    rows_per_call: list[int] = []
+    hook = tiny_policy.model.register_forward_pre_hook(
+        lambda _module, _args, kwargs: rows_per_call.append(kwargs["input_ids"].shape[0]), with_kwargs=True)
+    sampling = SamplingParams(temperature=0.0, max_new_tokens=3)
+    try:
+        grouped, state = tiny_policy.generate(contexts, sampling)
+    finally:
+        hook.remove()
+    assert rows_per_call[:2] == [2, 3]  # the shared run and the row alone; then the 3 distinct rows' rests
+    for context, got in zip(contexts, grouped):
+        alone, _ = tiny_policy.generate([context], sampling)
+        assert got.token_ids == alone[0].token_ids
+        assert got.logps == pytest.approx(alone[0].logps, abs=1e-5)
+    assert state.context_lengths() == [len(c) + len(g.token_ids) for c, g in zip(contexts, grouped)]

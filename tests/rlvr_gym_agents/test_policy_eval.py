@@ -47,7 +47,7 @@ def test_cli_eval_ends_episodes_that_outgrow_the_model_window(tmp_path: Path, mo
     from rlvr_gym import TaskSuite
     from rlvr_gym.cli import main
 
-    model_dir = save_tiny_policy(ECHO_TEXT, tmp_path / "model", seed=0, max_context_tokens=48)
+    model_dir = save_tiny_policy(ECHO_TEXT, tmp_path / "model", seed=0, max_context_tokens=48, tokenizer="word")
     suite_dir = tmp_path / "tasks" / "echo"
     suite_dir.mkdir(parents=True)
     TaskSuite("echo/long", echo_tasks(6)).save(suite_dir / "long.jsonl")

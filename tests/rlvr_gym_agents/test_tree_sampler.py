@@ -14,7 +14,7 @@ from rlvr_gym_agents.policy.chat import ChatFormat
 from rlvr_gym_agents.rollout.branching import BranchConfig
 from rlvr_gym_agents.rollout.tree import RolloutTree
 from rlvr_gym_agents.rollout.tree_sampler import TreeSampler, TreeSamplerConfig
-from rlvr_gym_agents.warmstart.tiny import build_model, build_tokenizer
+from rlvr_gym_agents.warmstart.tiny import build_model, build_word_tokenizer
 
 from rlvr_gym import Env, StepResult
 from rlvr_gym.testing.toy import WORDS, EchoEnv, echo_tasks
@@ -40,7 +40,7 @@ def _one_thread() -> Any:
 
 @pytest.fixture(scope="module")
 def tokenizer() -> Any:
-    return build_tokenizer(TEXTS)
+    return build_word_tokenizer(TEXTS)
 
 
 def _policy(tokenizer: Any, seed: int = 0) -> TransformersPolicy:

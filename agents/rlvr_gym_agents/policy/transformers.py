@@ -7,7 +7,8 @@ Multi-turn rollouts append an observation after every turn. :class:`Transformers
 cache of each row between calls (:class:`KVState`), so each turn only runs the model over the new tokens
 (faster rollouts, identical trajectories). The cache appends in place
 (:class:`~rlvr_gym_agents.policy.kv.GrowableCache`), and rows that start from identical ids (a GRPO group's
-prompt) are prefilled once (less work, the same ids; measurements: docs/results.md). Rows of one batch have
+prompt) are prefilled once (less work, the same ids; measurements: docs/results.md), as is a long run of leading
+ids that fresh rows share (a rollout tree's fallback branches restarting on one path). Rows of one batch have
 different lengths; new tokens are left-padded and the padding stays in the cache as masked "holes", with
 explicit position ids so each row sees the positions it would see alone.
 
@@ -126,15 +127,24 @@ class TransformersPolicy:
 
     def _first_feed(self, feeds: list[list[int]], state: KVState) -> tuple[torch.Tensor, KVState]:
         """Feeds a turn's first ids. Rows of an empty state with identical ids (a group's shared prompt) are run
-        once and their cache rows copied: a group of 8 episodes prefills its prompt once instead of 8 times."""
+        once and their cache rows copied: a group of 8 episodes prefills its prompt once instead of 8 times. Rows
+        that share at least :data:`MIN_SHARED_PREFILL` leading ids (a tree's fallback branches restarting from
+        boundaries of one path) prefill them once too, then each row its own rest."""
         if state.attention_mask.shape[1] > 0:
             return self._feed(feeds, state), state
         distinct: dict[tuple[int, ...], int] = {}
         inverse = [distinct.setdefault(tuple(feed), len(distinct)) for feed in feeds]
-        if len(distinct) == len(feeds):
-            return self._feed(feeds, state), state
-        unique = KVState.empty(len(distinct), self.device)
-        logits = self._feed([list(feed) for feed in distinct], unique)
+        rows = [list(feed) for feed in distinct]
+        group_of, prefixes = shared_prefixes(rows, MIN_SHARED_PREFILL)
+        if len(prefixes) == len(rows):  # nothing shared beyond identical rows: one pass
+            if len(rows) == len(feeds):
+                return self._feed(feeds, state), state
+            unique = KVState.empty(len(rows), self.device)
+            return self._feed(rows, unique)[inverse], unique.select(inverse)
+        shared = KVState.empty(len(prefixes), self.device)
+        self._feed(prefixes, shared)
+        unique = shared.select(group_of)
+        logits = self._feed([row[len(prefixes[g]):] for row, g in zip(rows, group_of)], unique)
         return logits[inverse], unique.select(inverse)
 
     def _feed(self, feeds: list[list[int]], state: KVState) -> torch.Tensor:
@@ -151,6 +161,55 @@ class TransformersPolicy:
         state.next_position = state.next_position + new_mask.sum(dim=1)
         state.pending = [[] for _ in feeds]
         return out.logits[:, -1, :].float()
+
+
+MIN_SHARED_PREFILL = 32
+"""Fresh rows that share at least this many leading ids (and are not identical) prefill them in one pass of their
+own: one more model call, so a short shared run is not worth it."""
+
+
+def shared_prefixes(rows: Sequence[Sequence[int]], min_length: int) -> tuple[list[int], list[list[int]]]:
+    """Groups rows by a shared leading run of at least ``min_length`` ids.
+
+    Rows are sorted; consecutive rows join a group while the group's common prefix stays >= ``min_length``. A
+    group's prefix leaves every member at least its last id (the pass after it must score each row's next id).
+
+    Returns:
+        ``(group_of, prefixes)``: each row's group index and each group's prefix (empty for a row alone); as many
+        groups as rows when nothing is shared.
+    """
+    order = sorted((r for r in range(len(rows)) if len(rows[r]) > min_length), key=lambda r: list(rows[r]))
+    group_of = [0] * len(rows)
+    prefixes: list[list[int]] = []
+    members: list[int] = []
+    length = 0
+
+    def close() -> None:
+        keep = min([length] + [len(rows[m]) - 1 for m in members])
+        shared = len(members) > 1 and keep >= min_length
+        for m in members:
+            if m == members[0] or not shared:
+                prefixes.append(list(rows[m][:keep]) if shared else [])
+            group_of[m] = len(prefixes) - 1
+
+    for row in order:
+        if members:
+            first = rows[members[0]]
+            common = next((i for i, (a, b) in enumerate(zip(first, rows[row])) if a != b),
+                          min(len(first), len(rows[row])))
+            if min(length, common) >= min_length:
+                members.append(row)
+                length = min(length, common)
+                continue
+            close()
+        members, length = [row], len(rows[row])
+    if members:
+        close()
+    for row in range(len(rows)):
+        if len(rows[row]) <= min_length:  # too short to share min_length ids and keep one: alone
+            prefixes.append([])
+            group_of[row] = len(prefixes) - 1
+    return group_of, prefixes
 
 
 def sample_tokens(logits: torch.Tensor, temperature: float, top_p: float,

@@ -8,12 +8,13 @@ siblings share their parent's ids, loss mask and log-probs exactly (algorithms.m
 :meth:`RolloutTree.trajectory` turns a leaf into the flat :class:`~rlvr_gym_agents.rollout.Trajectory` the
 trainer consumes; :mod:`rlvr_gym_agents.credit.tree` gives the matching per-token advantages.
 
-Training cost and credit of shared prefixes: each leaf is trained as its own row, so a prefix shared by d
-leaves is generated once but recomputed d times in the training forward/backward pass (training tokens equal
-those of flat sampling with the same leaves; only generation is shared). Its summed gradient coefficient is
-d x mean(advantages of the d leaves) in "soft" mode (ARPO's default; the unbiased flat-GRPO estimator over
+Training cost and credit of shared prefixes: each leaf is trained as its own row. With
+``algorithm.share_tree_prefixes`` the update runs a prefix shared by d leaves once, every leaf's gradient flowing
+through it (:class:`~rlvr_gym_agents.update.scoring.PrefixTreeScorer`); without it the prefix is recomputed d
+times in the training forward/backward pass (training tokens equal those of flat sampling with the same leaves;
+only generation is shared). Either way the loss is a sum over leaf rows, so the prefix's summed gradient
+coefficient is d x mean(advantages of the d leaves) in "soft" mode (ARPO's default; the unbiased flat-GRPO estimator over
 the leaves), or exactly the segment's own advantage once with ``algorithm.dedup_shared_prefix`` ("hard"/per-segment modes).
-Packing a tree into one row with a tree attention mask would compute each shared token once; not done here.
 """
 
 from __future__ import annotations

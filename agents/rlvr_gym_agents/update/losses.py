@@ -141,9 +141,24 @@ def masked_mean(values: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
 def batch_stats(mask: Tensor, entropy: Tensor | None = None, top_entropy_quantile: float = 1.0) -> BatchStats:
     """Compute :class:`BatchStats` over a whole mini-batch. Shape: mask (B, T); entropy (B, T) nats."""
     valid = mask.bool()
-    stats = {"token_count": float(valid.sum()), "seq_count": float(valid.any(dim=-1).sum())}
-    if entropy is not None and valid.any():
-        h = entropy.detach()[valid].double()
+    return stats_of(float(valid.sum()), float(valid.any(dim=-1).sum()),
+                    entropy.detach()[valid] if entropy is not None else None, top_entropy_quantile)
+
+
+def stats_of(token_count: float, seq_count: float, valid_entropy: Tensor | None,
+             top_entropy_quantile: float = 1.0) -> BatchStats:
+    """:class:`BatchStats` from a mini-batch's counts and the entropies of its valid tokens, wherever they were
+    computed (one process: :func:`batch_stats`; a learner group: counts summed and entropies gathered over ranks).
+
+    Args:
+        token_count / seq_count: valid tokens / sequences with a valid token, in the whole mini-batch.
+        valid_entropy: (N,) entropies (nats) of the N = token_count valid tokens, in any order; None: no entropy
+            statistics.
+        top_entropy_quantile: rho of the top-entropy mask (< 1 sets ``entropy_threshold``).
+    """
+    stats: dict[str, float] = {"token_count": token_count, "seq_count": seq_count}
+    if valid_entropy is not None and valid_entropy.numel() > 0:
+        h = valid_entropy.detach().double()
         stats["entropy_mean"] = float(h.mean())
         std = float(h.std()) if h.numel() > 1 else 0.0
         stats["entropy_std"] = std if std > 0 else 1.0

@@ -2,8 +2,9 @@
 
 :func:`ppo_update` turns a batch of trajectories and their advantages into ``epochs`` x ``num_minibatches``
 optimizer steps of :func:`rlvr_gym_agents.update.losses.policy_loss`. Each mini-batch runs its distinct prompts once
-(:class:`~rlvr_gym_agents.update.scoring.SharedPromptScorer`; a GRPO group's episodes share one) and cuts the
-continuations into length-sorted micro-batches of at most ``micro_batch_tokens`` padded tokens
+(:class:`~rlvr_gym_agents.update.scoring.PrefixTreeScorer`; a GRPO group's episodes share one), with
+``share_tree_prefixes`` also the turns its rows share (a rollout tree's prefixes above its branch points), and cuts
+the continuations into length-sorted micro-batches of at most ``micro_batch_tokens`` padded tokens
 whose gradients are accumulated; the counts and entropy statistics every loss term divides by come from the
 whole mini-batch
 (:func:`~rlvr_gym_agents.update.losses.batch_stats`), so the step does not depend on the split
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -22,9 +24,9 @@ from rlvr_gym_agents.batching import pad_right
 from rlvr_gym_agents.credit.estimators import broadcast_to_tokens
 from rlvr_gym_agents.rollout.types import Trajectory
 from rlvr_gym_agents.update.correction import rollout_correction
-from rlvr_gym_agents.update.losses import BatchStats, LossConfig, batch_stats, policy_loss
+from rlvr_gym_agents.update.losses import BatchStats, LossConfig, batch_stats, policy_loss, stats_of
 from rlvr_gym_agents.update.precision import autocast, model_device
-from rlvr_gym_agents.update.scoring import SharedPromptScorer
+from rlvr_gym_agents.update.scoring import PrefixTreeScorer
 
 
 @dataclasses.dataclass
@@ -46,6 +48,11 @@ class UpdateConfig:
     autocast_dtype: str | None = None
     """Forward passes run under ``torch.autocast`` to this dtype (``bfloat16``/``float16``) over fp32 master weights
     (:mod:`rlvr_gym_agents.update.precision`); None: in the parameters' dtype."""
+    share_tree_prefixes: bool = True
+    """Run the ids that rows of a mini-batch share after their prompt (a tree's turns above a branch point) once,
+    as the prompts are (:class:`~rlvr_gym_agents.update.scoring.PrefixTreeScorer`); same log-probs and gradients."""
+    min_shared_tokens: int = 32
+    """With ``share_tree_prefixes``: the shortest shared run of ids that gets a pass of its own."""
 
 
 def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, trajectories: list[Trajectory],
@@ -53,11 +60,15 @@ def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, traject
                pad_token_id: int) -> dict[str, float]:
     """``epochs`` x ``num_minibatches`` clipped policy-gradient steps on a batch of trajectories.
 
-    Each mini-batch's distinct prompts run once (``SharedPromptScorer``); its continuations are split into
+    Each mini-batch's distinct prompts (and, with ``share_tree_prefixes``, shared turns) run once
+    (``PrefixTreeScorer``); its continuations are split into
     length-sorted micro-batches of at most ``micro_batch_tokens`` padded tokens
     (:func:`~rlvr_gym_agents.batching.length_micro_batches`); their gradients are accumulated into one
     optimizer step. Every micro-batch's loss is a summand of the mini-batch loss (counts and entropy statistics
     from the whole mini-batch, ``losses.batch_stats``), so the step does not depend on the split.
+
+    The same steps on several processes: :class:`rlvr_gym_agents.cluster.LearnerGroup` (each rank runs
+    :func:`update_shard` on its rows of the same :func:`minibatch_plan`; :func:`merge_shards` combines them).
 
     Args:
         trajectories: B trajectories; advantages: (B,) one per trajectory, or (B, T') per token with T' at least
@@ -69,33 +80,174 @@ def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, traject
         micro-batches; ratio and clip fractions: token-weighted means), plus ``grad_norm`` and
         ``train_tokens_per_s`` (real, unpadded tokens).
     """
-    temperature = config.temperature
-    batch = _UpdateBatch.build(trajectories, advantages, pad_token_id).to(model_device(model))
-    loss_config = config.loss
+    plan = minibatch_plan(len(trajectories), config)
+    loss_config = batch_loss_config(config.loss, trajectories)
+    return merge_shards([update_shard(model, optimizer, trajectories, advantages, config, loss_config, ref_model,
+                                      pad_token_id, plan)])
+
+
+class Updater(Protocol):
+    """What the trainer's RL step calls to update the policy: :class:`PPOUpdater` in the trainer's process, or a
+    :class:`rlvr_gym_agents.cluster.LearnerGroup` of torch.distributed ranks (``cluster.learners > 1``). Either way
+    the trainer's own model holds the new weights when ``update`` returns."""
+
+    version: int
+    """Updates done so far by this updater."""
+
+    def update(self, trajectories: list[Trajectory], advantages: torch.Tensor) -> dict[str, float]:
+        """One :func:`ppo_update` on the batch (same arguments and metrics)."""
+        ...
+
+    def pull_optimizer_state(self) -> None:
+        """Makes the trainer's optimizer hold the optimizer state the updates left (before a checkpoint)."""
+        ...
+
+    def close(self) -> None:
+        """Releases what the updater started (processes, Ray)."""
+        ...
+
+
+@dataclasses.dataclass
+class PPOUpdater:
+    """The :class:`Updater` of one process: :func:`ppo_update` on the trainer's model and optimizer."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    config: UpdateConfig
+    ref_model: torch.nn.Module | None
+    pad_token_id: int
+    version: int = 0
+
+    def update(self, trajectories: list[Trajectory], advantages: torch.Tensor) -> dict[str, float]:
+        """:func:`ppo_update` with this updater's model, optimizer, settings and reference model."""
+        self.version += 1
+        return ppo_update(self.model, self.optimizer, trajectories, advantages, self.config, self.ref_model,
+                          self.pad_token_id)
+
+    def pull_optimizer_state(self) -> None:
+        """Nothing to do: the trainer's optimizer is the one that stepped."""
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+class GradientSync(Protocol):
+    """How the ranks of a data-parallel update combine what each computed on its rows of a mini-batch.
+
+    One process has nothing to combine (:func:`update_shard` with ``sync=None``); a learner group's ranks implement
+    it with torch.distributed collectives (:class:`rlvr_gym_agents.cluster.learner.TorchDistributedSync`). Every
+    rank calls every method once per mini-batch, in the same order, even when it holds none of its rows.
+    """
+
+    def sum(self, values: torch.Tensor) -> torch.Tensor:
+        """The element-wise sum of ``values`` over ranks (same shape on every rank)."""
+        ...
+
+    def concat(self, values: torch.Tensor) -> torch.Tensor:
+        """The 1-D ``values`` of every rank, concatenated in rank order (lengths may differ)."""
+        ...
+
+    def sum_gradients(self, parameters: list[torch.nn.Parameter]) -> None:
+        """Replaces each parameter's ``.grad`` (None counts as zeros) by its sum over ranks."""
+        ...
+
+
+def minibatch_plan(num_rows: int, config: UpdateConfig) -> list[torch.Tensor]:
+    """The rows of every optimizer step: per epoch, a fresh ``torch.randperm`` (the global torch generator) cut
+    into ``min(num_minibatches, num_rows)`` mini-batches. Drawn once by the caller, so every rank of a learner group
+    steps through the same mini-batches as one process would."""
+    return [rows for _ in range(config.epochs)
+            for rows in torch.randperm(num_rows).chunk(min(config.num_minibatches, num_rows))]
+
+
+def batch_loss_config(loss_config: LossConfig, trajectories: list[Trajectory]) -> LossConfig:
+    """``loss_config`` with what depends on the whole batch filled in: Dr. GRPO's constant
+    (``seq_mean_token_sum_norm`` without ``loss_scale_factor``) is the batch's padded length, the longest
+    trajectory, whatever the micro-batches (or a rank's rows) are cropped to."""
     if loss_config.aggregation == "seq_mean_token_sum_norm" and loss_config.loss_scale_factor is None:
-        # Dr. GRPO's constant: the batch's padded length, whatever the micro-batches are cropped to.
-        loss_config = dataclasses.replace(loss_config, loss_scale_factor=float(batch.ids.shape[1]))
-    if ref_model is not None:
+        longest = max(len(t.token_ids) for t in trajectories)
+        return dataclasses.replace(loss_config, loss_scale_factor=float(longest))
+    return loss_config
+
+
+@dataclasses.dataclass
+class ShardResult:
+    """What one process computed in :func:`update_shard` (the whole update when it is alone)."""
+
+    steps: list[list[tuple[dict[str, float], float]]]
+    """Per optimizer step, the loss metrics of each of this shard's micro-batches and its valid-token count."""
+    grad_norms: list[float]
+    """Per optimizer step, the global gradient norm before clipping (equal on every rank)."""
+    correction: dict[str, float]
+    """The rollout-mismatch metrics of this shard's rows ({} when the correction is off)."""
+    tokens: int
+    """Real (unpadded) tokens trained on, over all epochs."""
+    seconds: float
+    """Wall time of the optimizer steps."""
+
+
+def update_shard(model: torch.nn.Module, optimizer: torch.optim.Optimizer, trajectories: list[Trajectory],
+                 advantages: torch.Tensor, config: UpdateConfig, loss_config: LossConfig,
+                 ref_model: torch.nn.Module | None, pad_token_id: int, plan: list[torch.Tensor],
+                 owned: list[int] | None = None, sync: GradientSync | None = None) -> ShardResult:
+    """The optimizer steps of ``plan`` on the rows ``owned`` of a batch; with ``sync``, one rank's share of them.
+
+    Alone (``owned`` None, ``sync`` None) this is :func:`ppo_update`'s work. In a learner group every rank gets the
+    whole batch, the same ``plan`` and ``loss_config`` and its own ``owned`` rows; the mini-batch statistics every
+    loss divides by are summed (counts) and gathered (entropies) over ranks, so each rank's loss is a summand of
+    the whole mini-batch's loss and the summed gradients are those of one process (``shared/reference/
+    algorithms.md`` §5.8, applied across ranks instead of micro-batches).
+
+    Args:
+        trajectories / advantages: the whole batch, as for :func:`ppo_update`.
+        loss_config: from :func:`batch_loss_config` over the whole batch.
+        plan: the global row indices of each optimizer step (:func:`minibatch_plan`).
+        owned: the rows this rank scores and back-propagates (None: all).
+        sync: how ranks combine statistics and gradients (None: one process).
+    """
+    rows_here = list(range(len(trajectories))) if owned is None else list(owned)
+    local_of = {row: i for i, row in enumerate(rows_here)}
+    shard = trajectories if owned is None else [trajectories[r] for r in rows_here]
+    batch = _UpdateBatch.build(shard, advantages if owned is None else advantages[rows_here],
+                               pad_token_id).to(model_device(model))
+    batch.sharing = config
+    if ref_model is not None and shard:
         with torch.no_grad(), autocast(model_device(model), config.autocast_dtype):
-            batch.ref_logp = _score(ref_model, batch, torch.arange(len(trajectories)), config.micro_batch_tokens,
-                                    temperature, with_entropy=False)[0]
+            batch.ref_logp = _score(ref_model, batch, torch.arange(len(shard)), config.micro_batch_tokens,
+                                    config.temperature, with_entropy=False)[0]
     correction = _correct_rollout_mismatch(model, batch, loss_config, config) if (
-        loss_config.rollout_correction != "none") else {}
+        loss_config.rollout_correction != "none" and shard) else {}
     model.train()
-    history: list[dict[str, float]] = []
+    steps, norms = [], []
     began = time.monotonic()
-    for _ in range(config.epochs):
-        for rows in torch.randperm(len(trajectories)).chunk(min(config.num_minibatches, len(trajectories))):
-            optimizer.zero_grad(set_to_none=True)
-            step_metrics = _accumulate_gradients(model, batch, rows, loss_config, config.micro_batch_tokens,
-                                                 temperature, config.autocast_dtype)
-            step_metrics["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(model.parameters(),
-                                                                             config.max_grad_norm))
-            optimizer.step()
-            history.append(step_metrics)
+    for rows in plan:
+        local = torch.tensor([local_of[r] for r in rows.tolist() if r in local_of], dtype=torch.long)
+        optimizer.zero_grad(set_to_none=True)
+        stats = _shard_stats(model, batch, local, loss_config, config, sync) if sync is not None else None
+        steps.append(_accumulate_gradients(model, batch, local, loss_config, config.micro_batch_tokens,
+                                           config.temperature, config.autocast_dtype, stats) if len(local) else [])
+        if sync is not None:
+            sync.sum_gradients(list(model.parameters()))
+        norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)))
+        optimizer.step()
+    return ShardResult(steps, norms, correction, config.epochs * sum(batch.lengths), time.monotonic() - began)
+
+
+def merge_shards(shards: list[ShardResult]) -> dict[str, float]:
+    """:func:`ppo_update`'s metrics from the shards of one update: each optimizer step's micro-batch metrics of all
+    shards combined (:func:`_combine_micro_metrics`), then means over the steps; ``grad_norm`` is the first shard's
+    (every rank has the same), the mismatch metrics are token-weighted over shards, ``train_tokens_per_s`` counts
+    every shard's tokens over the slowest shard's time."""
+    history = []
+    for index, grad_norm in enumerate(shards[0].grad_norms):
+        step_metrics = _combine_micro_metrics([part for shard in shards for part in shard.steps[index]])
+        step_metrics["grad_norm"] = grad_norm
+        history.append(step_metrics)
     means = {key: float(np.mean([h[key] for h in history if key in h])) for key in history[0]}
-    tokens = config.epochs * sum(batch.lengths)
-    means["train_tokens_per_s"] = tokens / max(time.monotonic() - began, 1e-9)
+    means["train_tokens_per_s"] = sum(s.tokens for s in shards) / max(max(s.seconds for s in shards), 1e-9)
+    weighted = [(s.correction, s.tokens) for s in shards if s.correction]
+    correction = ({key: sum(c[key] * w for c, w in weighted) / max(sum(w for _, w in weighted), 1)
+                   for key in weighted[0][0]} if len(weighted) > 1 else dict(weighted[0][0]) if weighted else {})
     return {**means, **correction}
 
 
@@ -116,22 +268,24 @@ def _correct_rollout_mismatch(model: torch.nn.Module, batch: _UpdateBatch, loss_
 
 
 def _accumulate_gradients(model: torch.nn.Module, batch: _UpdateBatch, rows: torch.Tensor, loss_config: LossConfig,
-                          max_tokens: int | None, temperature: float,
-                          autocast_dtype: str | None = None) -> dict[str, float]:
-    """Backpropagates the loss of mini-batch ``rows``, micro-batch by micro-batch; returns its metrics.
+                          max_tokens: int | None, temperature: float, autocast_dtype: str | None = None,
+                          stats: BatchStats | None = None) -> list[tuple[dict[str, float], float]]:
+    """Backpropagates the loss of mini-batch ``rows``, micro-batch by micro-batch; returns each micro-batch's
+    metrics and valid-token count (:func:`_combine_micro_metrics` makes the step's metrics of them).
 
-    With one micro-batch, ``policy_loss`` takes the statistics from its own forward pass; with several, they come
-    from the whole mini-batch (:func:`_minibatch_stats`), so every micro-batch loss is a summand of the same loss.
+    ``stats`` (a learner group's, over all ranks' rows) are used as given. Else, with one micro-batch,
+    ``policy_loss`` takes the statistics from its own forward pass; with several, they come from the whole
+    mini-batch (:func:`_minibatch_stats`), so every micro-batch loss is a summand of the same loss.
     Forward passes run under autocast to ``autocast_dtype`` (None: off); backward passes outside it.
     """
     needs_entropy = (loss_config.entropy_coef > 0 or loss_config.entropy_advantage_weight > 0
                      or loss_config.top_entropy_quantile < 1.0)
     device = model_device(model)
     with autocast(device, autocast_dtype):
-        scorer = batch.scorer(model, rows, temperature)
+        scorer = batch.scorer(model, rows, temperature, needs_entropy)
         micros = scorer.micro_batches(rows, max_tokens)
-        stats = (_minibatch_stats(model, batch, rows, loss_config, max_tokens, temperature) if len(micros) > 1
-                 else None)
+        if stats is None and len(micros) > 1:
+            stats = _minibatch_stats(model, batch, rows, loss_config, max_tokens, temperature)
     parts = []
     for micro in micros:
         width = max(batch.lengths[r] for r in micro.tolist())
@@ -147,7 +301,7 @@ def _accumulate_gradients(model: torch.nn.Module, batch: _UpdateBatch, rows: tor
         metrics["loss"] = float(loss.detach())
         parts.append((metrics, float(batch.mask[micro].sum())))
     scorer.backward()
-    return _combine_micro_metrics(parts)
+    return parts
 
 
 @dataclasses.dataclass
@@ -164,6 +318,9 @@ class _UpdateBatch:
     ref_logp: torch.Tensor | None = None
     rollout_weights: torch.Tensor | None = None
     """Importance weights of the mismatch correction (None: off)."""
+    sharing: UpdateConfig | None = None
+    """Its prefix-sharing settings (``share_tree_prefixes``, ``min_shared_tokens``, ``micro_batch_tokens`` for the
+    prefix passes); None: prompts shared only."""
 
     @classmethod
     def build(cls, trajectories: list[Trajectory], advantages: torch.Tensor, pad_token_id: int) -> _UpdateBatch:
@@ -179,10 +336,14 @@ class _UpdateBatch:
         return dataclasses.replace(self, ids=self.ids.to(device), mask=self.mask.to(device),
                                    old_logp=self.old_logp.to(device), token_adv=self.token_adv.to(device))
 
-    def scorer(self, model: torch.nn.Module, rows: torch.Tensor, temperature: float) -> SharedPromptScorer:
-        """Runs the distinct prompts of ``rows`` once (with autograd when enabled) to score their continuations."""
-        return SharedPromptScorer(model, self.ids, self.lengths, self.prompt_lengths, rows, temperature,
-                                  self.pad_token_id)
+    def scorer(self, model: torch.nn.Module, rows: torch.Tensor, temperature: float,
+               with_entropy: bool) -> PrefixTreeScorer:
+        """Runs the shared prefixes of ``rows`` once (with autograd when enabled) to score their continuations."""
+        sharing = self.sharing or UpdateConfig(share_tree_prefixes=False, micro_batch_tokens=None)
+        return PrefixTreeScorer(model, self.ids, self.lengths, self.prompt_lengths, rows, temperature,
+                                self.pad_token_id, share_turns=sharing.share_tree_prefixes,
+                                min_shared_tokens=sharing.min_shared_tokens, max_tokens=sharing.micro_batch_tokens,
+                                with_entropy=with_entropy)
 
 
 def _score(model: torch.nn.Module, batch: _UpdateBatch, rows: torch.Tensor, max_tokens: int | None,
@@ -191,7 +352,7 @@ def _score(model: torch.nn.Module, batch: _UpdateBatch, rows: torch.Tensor, max_
     logp = torch.zeros(len(rows), batch.ids.shape[1], device=batch.ids.device)
     entropy = torch.zeros_like(logp) if with_entropy else None
     where = {row: i for i, row in enumerate(rows.tolist())}
-    scorer = batch.scorer(model, rows, temperature)
+    scorer = batch.scorer(model, rows, temperature, with_entropy)
     for micro in scorer.micro_batches(rows, max_tokens):
         width = max(batch.lengths[r] for r in micro.tolist())
         out = [where[r] for r in micro.tolist()]
@@ -211,6 +372,24 @@ def _minibatch_stats(model: torch.nn.Module, batch: _UpdateBatch, rows: torch.Te
         with torch.no_grad():
             entropy = _score(model, batch, rows, max_tokens, temperature, with_entropy=True)[1]
     return batch_stats(batch.mask[rows], entropy, loss_config.top_entropy_quantile)
+
+
+def _shard_stats(model: torch.nn.Module, batch: _UpdateBatch, rows: torch.Tensor, loss_config: LossConfig,
+                 config: UpdateConfig, sync: GradientSync) -> BatchStats:
+    """:func:`_minibatch_stats` of a mini-batch whose rows are spread over ranks: this rank's ``rows`` (maybe none)
+    counted and scored here, the counts summed and the valid tokens' entropies gathered over ranks."""
+    valid = batch.mask[rows].bool()
+    counts = sync.sum(torch.tensor([float(valid.sum()), float(valid.any(dim=-1).sum())], dtype=torch.float64))
+    entropy = None
+    if loss_config.entropy_advantage_weight > 0 or loss_config.top_entropy_quantile < 1.0:
+        local = torch.zeros(0, dtype=torch.float64)
+        if len(rows):
+            with torch.no_grad(), autocast(model_device(model), config.autocast_dtype):
+                scored = _score(model, batch, rows, config.micro_batch_tokens, config.temperature, with_entropy=True)[1]
+            assert scored is not None
+            local = scored[valid].double().cpu()
+        entropy = sync.concat(local)
+    return stats_of(float(counts[0]), float(counts[1]), entropy, loss_config.top_entropy_quantile)
 
 
 _SUMMED_METRICS = ("pg_loss", "kl", "entropy", "loss")

@@ -1,0 +1,443 @@
+"""The learner group: the policy update on M torch.distributed ranks, Ray actors in one placement group.
+
+``cluster.learners = M > 1`` makes the trainer's RL step call :meth:`LearnerGroup.update` instead of
+:func:`~rlvr_gym_agents.update.ppo.ppo_update`; the group computes the same optimizer steps on M processes:
+
+- **start**: M :class:`LearnerRank` actors, one bundle each of a ``ray.util.placement_group`` (``PACK``), every one
+  builds the model and optimizer with the trainer's own factories, then receives the trainer's weights and optimizer
+  state (after a resume: the checkpoint's) from the object store, so all ranks start equal;
+- **rendezvous**: rank 0 picks a free TCP port; the ranks join one process group with
+  ``init_method=tcp://127.0.0.1:<port>`` (rank 0's node address when the ranks span nodes); backend ``gloo`` on CPU,
+  ``nccl`` on CUDA (``cluster.backend=auto``);
+- **update**: the trainer draws the mini-batches (:func:`~rlvr_gym_agents.update.ppo.minibatch_plan`, its own torch
+  generator, as one process would) and puts the whole batch in the object store once; each rank back-propagates the
+  rows it owns (whole prompt groups, balanced by tokens: :func:`shard_rows`) through
+  :func:`~rlvr_gym_agents.update.ppo.update_shard`. Every loss normaliser (token and sequence counts, entropy
+  statistics) is summed or gathered over ranks, so each rank's loss is a summand of the whole mini-batch's loss; the
+  gradients are then **summed** over ranks, giving the one-process gradient, and every rank takes the same clipped
+  AdamW step;
+- **weights back**: rank 0's weights are loaded into the trainer's model after every update (the trainer samples
+  with it and forwards it to a vLLM engine or rollout workers); :meth:`LearnerGroup.state_dict` /
+  :meth:`LearnerGroup.named_parameters` give them, stamped with :attr:`LearnerGroup.version`;
+- **checkpoints**: the trainer writes them (``run_io.save_checkpoint``) from its model, which holds rank 0's
+  weights, and its optimizer, into which :meth:`LearnerGroup.pull_optimizer_state` loads rank 0's state first; a
+  resumed run hands the checkpoint's weights and optimizer state to every rank at start;
+- **faults**: a rank whose process dies (or a rank that raises) during an update ends the group: every actor is
+  killed, the placement group removed, Ray shut down if the group started it, and
+  :class:`~rlvr_gym_agents.train.TrainingError` names the rank and says how to resume.
+
+Why not DDP's reducer: ``torch.nn.parallel.DistributedDataParallel`` all-reduces during each ``backward()``, but one
+optimizer step of this update is several backward passes (the micro-batches, then the shared-prompt pass of
+:class:`~rlvr_gym_agents.update.scoring.SharedPromptScorer`, which needs every micro-batch's gradient first). DDP's
+answer to accumulation, ``no_sync()`` plus a last synced backward, has no last backward to sync here, so the ranks
+sum their gradients with one ``torch.distributed.all_reduce`` of the flattened gradients per optimizer step
+(:class:`TorchDistributedSync`) -- the same collective DDP issues, once instead of per bucket. Parameters start
+equal because every rank loads the same state (DDP's initial broadcast).
+
+Tested here: CPU, gloo, one machine, loopback rendezvous, 2 ranks (``tests/rlvr_gym_agents/test_cluster_learner.py``:
+2 ranks equal 1 rank after a step within 1e-6 relative; a SIGKILLed rank stops the run with a TrainingError and the
+rerun resumes). Not tested here: NCCL on GPUs, ranks on several nodes (the rendezvous then uses rank 0's node
+address; ``cluster.ray_address`` joins the cluster; every rank reads the model directory, and with a KL term
+``output.dir/sft_model``, from its own disk, so they must be on a shared filesystem), and FSDP2 (``torch.distributed.fsdp.fully_shard``) for models
+that do not fit one device -- not implemented: each rank holds a whole replica.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import socket
+from collections.abc import Callable
+from typing import Any, Self
+
+import torch
+
+from rlvr_gym.workers import ensure_ray
+from rlvr_gym_agents.rollout.types import Trajectory
+from rlvr_gym_agents.update.ppo import (
+    ShardResult,
+    UpdateConfig,
+    batch_loss_config,
+    merge_shards,
+    minibatch_plan,
+    update_shard,
+)
+
+ModelFactory = Callable[[], torch.nn.Module]
+"""Builds the trainable model (weights are replaced by the trainer's right after); runs inside each rank."""
+OptimizerFactory = Callable[[torch.nn.Module], torch.optim.Optimizer]
+"""Builds the optimizer over a model's trainable parameters (the trainer's :func:`~rlvr_gym_agents.train.build_optimizer`)."""
+ReferenceFactory = Callable[[torch.nn.Module], torch.nn.Module]
+"""Builds the frozen reference model of the KL term from a rank's model."""
+
+
+def resolve_backend(backend: str, device: str) -> str:
+    """``gloo`` or ``nccl``: ``backend`` itself, or for ``auto`` nccl on a CUDA ``device`` and gloo otherwise.
+
+    Raises:
+        ValueError: ``backend`` is not auto, gloo or nccl, or nccl was asked for a CPU device.
+    """
+    if backend not in ("auto", "gloo", "nccl"):
+        raise ValueError(f"cluster.backend must be auto, gloo or nccl, got {backend!r}")
+    on_cuda = torch.device(device).type == "cuda"
+    if backend == "nccl" and not on_cuda:
+        raise ValueError(f"cluster.backend=nccl needs model.device=cuda, got {device!r}; use gloo (or auto) on CPU")
+    return ("nccl" if on_cuda else "gloo") if backend == "auto" else backend
+
+
+def shard_rows(trajectories: list[Trajectory], num_ranks: int) -> list[list[int]]:
+    """The rows (indices into ``trajectories``) each rank back-propagates, a pure function of the batch.
+
+    Rows that share a prompt (a GRPO group, a tree's leaves) stay on one rank, so each rank still runs each of its
+    prompts once; groups go, largest (in tokens) first, to the rank with the fewest tokens so far (ties: the lowest
+    rank). With fewer groups than ranks the rows are dealt out one by one the same way. The split does not change the
+    result (every loss normaliser is global, :func:`~rlvr_gym_agents.update.ppo.update_shard`), only the balance.
+
+    Returns:
+        ``num_ranks`` sorted lists of rows; together every row exactly once (a list may be empty when there are
+        fewer rows than ranks).
+    """
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for row, trajectory in enumerate(trajectories):
+        groups.setdefault(tuple(trajectory.token_ids[: trajectory.prompt_length]), []).append(row)
+    units = list(groups.values()) if len(groups) >= num_ranks else [[row] for row in range(len(trajectories))]
+    units.sort(key=lambda rows: -sum(len(trajectories[r].token_ids) for r in rows))  # stable: first seen first
+    owned: list[list[int]] = [[] for _ in range(num_ranks)]
+    load = [0] * num_ranks
+    for rows in units:
+        rank = min(range(num_ranks), key=lambda r: (load[r], r))
+        owned[rank] += rows
+        load[rank] += sum(len(trajectories[r].token_ids) for r in rows)
+    return [sorted(rows) for rows in owned]
+
+
+class TorchDistributedSync:
+    """:class:`~rlvr_gym_agents.update.ppo.GradientSync` over the default torch.distributed process group.
+
+    Args:
+        device: where the collectives' tensors live (CPU for gloo; the rank's CUDA device for nccl).
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+
+    def sum(self, values: torch.Tensor) -> torch.Tensor:
+        """``values`` summed over ranks (``all_reduce``), on the CPU."""
+        import torch.distributed as dist
+
+        total = values.to(self.device).clone()
+        dist.all_reduce(total)
+        return total.cpu()
+
+    def concat(self, values: torch.Tensor) -> torch.Tensor:
+        """Every rank's 1-D ``values`` in rank order (``all_gather`` of the lengths, then of the padded values)."""
+        import torch.distributed as dist
+
+        world = dist.get_world_size()
+        length = torch.tensor([values.numel()], device=self.device)
+        lengths = [torch.zeros_like(length) for _ in range(world)]
+        dist.all_gather(lengths, length)
+        longest = int(max(int(n) for n in lengths))
+        padded = torch.zeros(longest, dtype=values.dtype, device=self.device)
+        padded[: values.numel()] = values.to(self.device)
+        gathered = [torch.zeros_like(padded) for _ in range(world)]
+        dist.all_gather(gathered, padded)
+        return torch.cat([g[: int(n)] for g, n in zip(gathered, lengths)]).cpu()
+
+    def sum_gradients(self, parameters: list[torch.nn.Parameter]) -> None:
+        """Sums the trainable parameters' gradients over ranks with one ``all_reduce`` of them flattened (a rank
+        that had no rows in the mini-batch contributes zeros)."""
+        import torch.distributed as dist
+
+        trainable = [p for p in parameters if p.requires_grad]
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in trainable]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat)
+        offset = 0
+        for parameter in trainable:
+            size = parameter.numel()
+            parameter.grad = flat[offset: offset + size].view_as(parameter).clone()
+            offset += size
+
+
+class LearnerRank:
+    """The body of one learner actor (rank ``rank`` of ``world_size``).
+
+    Args:
+        rank / world_size: this rank and the group's size.
+        model_factory / optimizer_factory / reference_factory: see :class:`LearnerGroup`.
+        num_threads: torch CPU threads of this process.
+    """
+
+    def __init__(self, rank: int, world_size: int, model_factory: ModelFactory,
+                 optimizer_factory: OptimizerFactory, reference_factory: ReferenceFactory | None,
+                 num_threads: int) -> None:
+        torch.set_num_threads(max(1, num_threads))
+        self.rank, self.world_size = rank, world_size
+        self.model = model_factory()
+        self.optimizer = optimizer_factory(self.model)
+        self.reference_factory = reference_factory
+        self.ref_model: torch.nn.Module | None = None
+        self.sync: TorchDistributedSync | None = None
+
+    def pid(self) -> int:
+        """This rank's process id."""
+        return os.getpid()
+
+    def rendezvous(self) -> tuple[str, int]:
+        """``(this node's address, a free TCP port on it)`` for the process group's ``tcp://`` init (rank 0)."""
+        import ray
+
+        with socket.socket() as probe:
+            probe.bind(("", 0))
+            port = int(probe.getsockname()[1])
+        return ray.util.get_node_ip_address(), port
+
+    def node_id(self) -> str:
+        """The Ray node this rank runs on."""
+        import ray
+
+        return str(ray.get_runtime_context().get_node_id())
+
+    def join(self, init_method: str, backend: str, timeout_s: float) -> None:
+        """Joins the process group (blocks until every rank has joined); ``timeout_s`` bounds every collective."""
+        import torch.distributed as dist
+
+        dist.init_process_group(backend, init_method=init_method, rank=self.rank, world_size=self.world_size,
+                                timeout=datetime.timedelta(seconds=timeout_s))
+        device = next(self.model.parameters()).device if backend == "nccl" else torch.device("cpu")
+        self.sync = TorchDistributedSync(device)
+
+    def load(self, state: tuple[dict[str, torch.Tensor], dict[str, Any]]) -> None:
+        """Takes the trainer's ``(weights, optimizer state)`` (then builds the reference model from them)."""
+        model_state, optimizer_state = state
+        self.model.load_state_dict(model_state)
+        self.optimizer.load_state_dict(optimizer_state)
+        if self.reference_factory is not None:
+            self.ref_model = self.reference_factory(self.model)
+
+    def update(self, batch: tuple[list[Trajectory], torch.Tensor, list[torch.Tensor], Any, UpdateConfig, int],
+               owned: list[int]) -> ShardResult:
+        """This rank's share of one update (:func:`~rlvr_gym_agents.update.ppo.update_shard` on ``owned``)."""
+        trajectories, advantages, plan, loss_config, config, pad_token_id = batch
+        assert self.sync is not None, "join() first"
+        return update_shard(self.model, self.optimizer, trajectories, advantages, config, loss_config, self.ref_model,
+                            pad_token_id, plan, owned, self.sync)
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The model's weights, on the CPU."""
+        return {name: tensor.detach().cpu() for name, tensor in self.model.state_dict().items()}
+
+    def named_parameters(self) -> list[tuple[str, torch.Tensor]]:
+        """The model's parameters by name, on the CPU."""
+        return [(name, parameter.detach().cpu()) for name, parameter in self.model.named_parameters()]
+
+    def optimizer_state(self) -> dict[str, Any]:
+        """The optimizer's ``state_dict()`` (tensors on the CPU)."""
+        return _to_cpu(self.optimizer.state_dict())
+
+
+class LearnerGroup:
+    """M learner ranks on Ray that run the PPO-family update together (an :class:`~rlvr_gym_agents.update.ppo.Updater`).
+
+    Args:
+        num_ranks: M >= 1 (1 works, for tests; the trainer uses :class:`~rlvr_gym_agents.update.ppo.PPOUpdater`).
+        model_factory: builds the trainable model in each rank (the trainer's loader: model directory, dtype,
+            device, LoRA); must be picklable (a module-level function or a ``functools.partial`` of one).
+        optimizer_factory: builds the optimizer over the model's trainable parameters.
+        config: the update's settings (:class:`UpdateConfig`); may be replaced between updates.
+        pad_token_id: the tokenizer's padding id.
+        reference_factory: builds the frozen KL reference model from a rank's model (None: no KL term).
+        mirror: the trainer's model; rank 0's weights are loaded into it after every update (None: nowhere).
+        mirror_optimizer: the trainer's optimizer; :meth:`pull_optimizer_state` loads rank 0's state into it.
+        backend: ``auto`` | ``gloo`` | ``nccl`` (:func:`resolve_backend`).
+        device: the model's device, ``cpu`` or ``cuda`` (each rank then reserves one GPU; Ray sets which).
+        ray_address: a Ray cluster to join (None: this process's Ray, or a local one started here).
+        num_cpus_per_rank: CPUs each rank's placement-group bundle reserves in Ray's scheduler (fractions allowed).
+            Default: 1 on a cluster (``ray_address``); on a local Ray, at most 1 and together half of this machine's
+            CPUs (rollout workers reserve the other half), so both fit the local Ray of ``os.cpu_count()`` CPUs.
+        threads_per_rank: torch CPU threads of each rank.
+        start_timeout_s: the longest wait for the placement group and for the ranks to start and join.
+        collective_timeout_s: how long a rank waits in one collective (torch.distributed's process-group timeout)
+            before it fails; an update itself has no time limit (a rank that dies ends it at once).
+
+    Raises:
+        ValueError: ``num_ranks < 1`` or a bad backend.
+        TrainingError: the placement group cannot be scheduled (the message says what it needs and what Ray has),
+            or a rank fails while starting.
+    """
+
+    def __init__(self, num_ranks: int, model_factory: ModelFactory, optimizer_factory: OptimizerFactory,
+                 config: UpdateConfig, pad_token_id: int, *, reference_factory: ReferenceFactory | None = None,
+                 mirror: torch.nn.Module | None = None, mirror_optimizer: torch.optim.Optimizer | None = None,
+                 backend: str = "auto", device: str = "cpu", ray_address: str | None = None,
+                 num_cpus_per_rank: float | None = None, threads_per_rank: int = 1, start_timeout_s: float = 120.0,
+                 collective_timeout_s: float = 1800.0) -> None:
+        if num_ranks < 1:
+            raise ValueError(f"a learner group needs num_ranks >= 1, got {num_ranks}")
+        self.backend = resolve_backend(backend, device)
+        self.num_ranks, self.config, self.pad_token_id = num_ranks, config, pad_token_id
+        self.mirror, self.mirror_optimizer = mirror, mirror_optimizer
+        self.version = 0
+        self._closed = False
+        num_gpus = 1 if torch.device(device).type == "cuda" else 0
+        if num_cpus_per_rank is None:
+            num_cpus_per_rank = 1.0 if ray_address else min(1.0, (os.cpu_count() or 1) / (2 * num_ranks))
+        self._started_ray = ensure_ray(ray_address, num_cpus=os.cpu_count())
+        import ray
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        bundle = {"CPU": num_cpus_per_rank, **({"GPU": num_gpus} if num_gpus else {})}
+        self._placement = placement_group([dict(bundle) for _ in range(num_ranks)], strategy="PACK")
+        self.ranks: list[Any] = []
+        try:
+            ready, _ = ray.wait([self._placement.ready()], timeout=start_timeout_s)
+            if not ready:
+                raise self._error(f"the placement group of {num_ranks} learner bundles {bundle} was not scheduled "
+                                  f"within {start_timeout_s:g} s; Ray has {ray.available_resources()} free. Lower "
+                                  f"cluster.learners or add resources")
+            actor = ray.remote(LearnerRank)
+            self.ranks = [actor.options(
+                num_cpus=num_cpus_per_rank, num_gpus=num_gpus, max_restarts=0,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(self._placement, placement_group_bundle_index=i),
+            ).remote(i, num_ranks, model_factory, optimizer_factory, reference_factory, threads_per_rank)
+                for i in range(num_ranks)]
+            host, port = self._gather([self.ranks[0].rendezvous.remote()], "the rendezvous", start_timeout_s)[0]
+            nodes = self._gather([rank.node_id.remote() for rank in self.ranks], "start", start_timeout_s)
+            address = "127.0.0.1" if len(set(nodes)) == 1 else host  # one machine: loopback
+            self._gather([rank.join.remote(f"tcp://{address}:{port}", self.backend, collective_timeout_s)
+                          for rank in self.ranks], "joining the process group", start_timeout_s)
+        except BaseException:
+            self.close()
+            raise
+
+    def load_state(self, model_state: dict[str, torch.Tensor], optimizer_state: dict[str, Any]) -> None:
+        """Gives every rank these weights and this optimizer state (the trainer's, fresh or resumed)."""
+        import ray
+
+        state = ray.put((model_state, _to_cpu(optimizer_state)))
+        self._gather([rank.load.remote(state) for rank in self.ranks], "loading the trainer's state")
+
+    def update(self, trajectories: list[Trajectory], advantages: torch.Tensor) -> dict[str, float]:
+        """One update on the ranks: the same optimizer steps, metrics and random draws as :func:`ppo_update` with
+        the same arguments in this process; rank 0's new weights are then loaded into ``mirror``.
+
+        Raises:
+            TrainingError: a rank died or raised (the group is closed; the message names the rank).
+        """
+        import ray
+
+        plan = minibatch_plan(len(trajectories), self.config)  # this process's generator, as ppo_update draws it
+        batch = ray.put((trajectories, advantages, plan, batch_loss_config(self.config.loss, trajectories),
+                         self.config, self.pad_token_id))
+        owned = shard_rows(trajectories, self.num_ranks)
+        shards = self._gather([rank.update.remote(batch, rows) for rank, rows in zip(self.ranks, owned)],
+                              f"update {self.version + 1}")
+        self.version += 1
+        if self.mirror is not None:
+            self.mirror.load_state_dict(self.state_dict())
+        return merge_shards(shards)
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Rank 0's weights (CPU tensors), as of update :attr:`version`."""
+        return dict(self._gather([self.ranks[0].state_dict.remote()], "reading the weights")[0])
+
+    def named_parameters(self) -> list[tuple[str, torch.Tensor]]:
+        """Rank 0's parameters by name (CPU tensors), as of update :attr:`version`."""
+        return list(self._gather([self.ranks[0].named_parameters.remote()], "reading the weights")[0])
+
+    def pull_optimizer_state(self) -> None:
+        """Loads rank 0's optimizer state into ``mirror_optimizer`` (the trainer then checkpoints it)."""
+        if self.mirror_optimizer is not None:
+            self.mirror_optimizer.load_state_dict(
+                self._gather([self.ranks[0].optimizer_state.remote()], "reading the optimizer state")[0])
+
+    def pids(self) -> list[int]:
+        """Each rank's process id, in rank order."""
+        return [int(pid) for pid in self._gather([rank.pid.remote() for rank in self.ranks], "reading the pids")]
+
+    def close(self) -> None:
+        """Kills the ranks, removes the placement group and shuts Ray down if this group started it."""
+        if self._closed:
+            return
+        self._closed = True
+        import ray
+        from ray.util.placement_group import remove_placement_group
+
+        for rank in self.ranks:
+            with contextlib.suppress(Exception):  # already gone
+                ray.kill(rank, no_restart=True)
+        with contextlib.suppress(Exception):  # already removed
+            remove_placement_group(self._placement)
+        if self._started_ray:
+            ray.shutdown()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _gather(self, refs: list[Any], what: str, timeout_s: float | None = None) -> list[Any]:
+        """``ray.get`` of one call per rank (or rank 0 only), in order, waiting at most ``timeout_s`` for each (None:
+        as long as it takes); on the first failure the group is closed and a TrainingError names the ranks that died
+        (or the one that raised)."""
+        import ray
+
+        index = {ref: i for i, ref in enumerate(refs)}
+        results: dict[int, Any] = {}
+        pending = list(refs)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1, timeout=timeout_s)
+            if not ready:
+                self.close()
+                raise self._error(f"the learner ranks did not finish {what} within {timeout_s:g} s")
+            try:
+                results[index[ready[0]]] = ray.get(ready[0])
+            except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as error:
+                raise self._failed(what, index, ready[0], error, pending) from None
+        return [results[i] for i in range(len(refs))]
+
+    def _failed(self, what: str, index: dict[Any, int], first: Any, error: Exception,
+                pending: list[Any]) -> Exception:
+        """Closes the group after a failed call; the TrainingError to raise, naming the dead ranks (a rank that
+        raises may only have lost its peer, so the others get a few seconds to report first)."""
+        import ray
+
+        died = {index[first]} if isinstance(error, ray.exceptions.RayActorError) else set()
+        if not died and pending:
+            done, _ = ray.wait(pending, num_returns=len(pending), timeout=10)
+            for ref in done:
+                try:
+                    ray.get(ref)
+                except ray.exceptions.RayActorError:
+                    died.add(index[ref])
+                except ray.exceptions.RayTaskError:  # a peer's error; the dead rank is the news
+                    continue
+        self.close()
+        if died:
+            ranks = ", ".join(str(rank) for rank in sorted(died))
+            cause = f"learner rank {ranks} died during {what} (its process ended: killed, or out of memory)"
+        else:
+            cause = f"learner rank {index[first]} failed during {what}: {str(error).strip().splitlines()[-1][:400]}"
+        return self._error(f"{cause}; the learner group was shut down. Rerun the same command with the same "
+                           f"output.dir (train.resume=true, the default) to resume from the last checkpoint")
+
+    @staticmethod
+    def _error(message: str) -> Exception:
+        from rlvr_gym_agents.train import TrainingError
+
+        return TrainingError(message)
+
+
+def _to_cpu(value: Any) -> Any:
+    """``value`` (an optimizer state: nested dicts, lists, tensors) with every tensor moved to the CPU."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    if isinstance(value, dict):
+        return {key: _to_cpu(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_cpu(item) for item in value)
+    return value

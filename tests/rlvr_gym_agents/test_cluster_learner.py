@@ -1,0 +1,272 @@
+"""The learner group (issue 27): 2 torch.distributed ranks (Ray actors, gloo on loopback) compute the update of 1.
+
+One Ray session for the module (starting Ray costs seconds); one learner group for the equality tests, reset to the
+same weights before each case.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import functools
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from agent_helpers import collect_rollouts
+from rlvr_gym_agents.cli import train_main
+from rlvr_gym_agents.cluster import LearnerGroup, shard_rows
+from rlvr_gym_agents.cluster.learner import resolve_backend
+from rlvr_gym_agents.config import TrainConfig
+from rlvr_gym_agents.policy import SamplingParams
+from rlvr_gym_agents.policy.chat import ChatFormat
+from rlvr_gym_agents.rollout.types import Trajectory
+from rlvr_gym_agents.train import (
+    _reference_model,
+    build_optimizer,
+    build_updater,
+    load_policy,
+    trainable_model,
+    update_config,
+)
+from rlvr_gym_agents.update.ppo import PPOUpdater, ppo_update
+
+from rlvr_gym import TaskSuite
+from rlvr_gym.testing.toy import echo_tasks
+
+ray = pytest.importorskip("ray")
+
+
+@pytest.fixture(scope="module")
+def ray_session() -> Iterator[None]:
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield
+    if started:
+        ray.shutdown()
+
+
+def _config(tiny_model_dir: Path, **loss: Any) -> TrainConfig:
+    config = TrainConfig()
+    config.model.path_or_id = str(tiny_model_dir)
+    config.env.env_id = "testing/Echo-v0"
+    config.train.group_size, config.train.learning_rate = 4, 3e-4  # the quickstart's RL rate
+    config.rollout.max_new_tokens = 4
+    config.algorithm.loss = dataclasses.replace(config.algorithm.loss, **loss)
+    return config
+
+
+@pytest.fixture(scope="module")
+def batch(tiny_model_dir: Path) -> tuple[list[Trajectory], torch.Tensor]:
+    """12 Echo episodes of the tiny model (3 tasks x 4) and fixed advantages in [-1, 1]."""
+    config = _config(tiny_model_dir)
+    policy = load_policy(config, str(tiny_model_dir))
+    chat = ChatFormat.for_policy(policy, None)
+    rollouts = collect_rollouts(config, policy, chat, echo_tasks(3, "train"), SamplingParams(1.0, 1.0, 4), 1)
+    return rollouts.trajectories, torch.linspace(-1.0, 1.0, len(rollouts.trajectories))
+
+
+@pytest.fixture(scope="module")
+def group(ray_session: None, tiny_model_dir: Path) -> Iterator[LearnerGroup]:
+    config = _config(tiny_model_dir, kl_coef=0.1)
+    with LearnerGroup(2, functools.partial(trainable_model, config, str(tiny_model_dir)),
+                      functools.partial(build_optimizer, config), update_config(config), 0,
+                      reference_factory=functools.partial(_reference_model, sft_dir=tiny_model_dir)) as learners:
+        yield learners
+
+
+def _relative_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    """||a - b|| / ||a|| over all parameters as one vector.
+
+    Not per tensor: AdamW's first steps are about lr * sign(g) per entry, so an entry whose true gradient is zero (a
+    key bias: softmax ignores a shift shared by all keys) moves by its float rounding noise; such a tensor differs by
+    ~1e-4 relative between 1 rank and 2, and as much between 1 rank with two micro-batch splits (docs/results.md).
+    """
+    flat_a = torch.cat([t.double().reshape(-1) for t in a.values()])
+    flat_b = torch.cat([b[k].double().reshape(-1) for k in a])
+    return float((flat_a - flat_b).norm() / flat_a.norm())
+
+
+CASES = {
+    "token_mean, one micro-batch": {"algorithm.micro_batch_tokens": 4096},
+    "token_mean, micro-batches of 16 tokens": {"algorithm.micro_batch_tokens": 16},
+    "aepo, entropy statistics gathered over ranks": {"loss.name": "aepo", "loss.entropy_advantage_weight": 0.2,
+                                                     "loss.top_entropy_quantile": 0.5,
+                                                     "algorithm.micro_batch_tokens": 16},
+    "seq_mean_token_mean, TIS correction": {"loss.aggregation": "seq_mean_token_mean",
+                                            "loss.rollout_correction": "tis"},
+    "Dr. GRPO constant, KL to a reference": {"loss.aggregation": "seq_mean_token_sum_norm", "loss.kl_coef": 0.1},
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_two_ranks_compute_the_same_step_as_one(group: LearnerGroup, batch: tuple[list[Trajectory], torch.Tensor],
+                                                tiny_model_dir: Path, case: str) -> None:
+    """Acceptance of issue 27: after one update (2 epochs x 2 mini-batches) on the same batch from the same weights
+    and optimizer state, the parameters of 2 ranks equal those of 1 within 1e-6 (relative), the metrics agree (the
+    gradient norm too: AdamW's step is blind to a gradient's scale, a wrong normaliser is not) and the trainer's
+    model (the mirror) holds rank 0's weights."""
+    trajectories, advantages = batch
+    loss = {k.split(".", 1)[1]: v for k, v in CASES[case].items() if k.startswith("loss.")}
+    config = _config(tiny_model_dir, **loss)
+    if "algorithm.micro_batch_tokens" in CASES[case]:
+        config.algorithm.micro_batch_tokens = CASES[case]["algorithm.micro_batch_tokens"]
+    one = load_policy(config, str(tiny_model_dir)).model
+    initial = copy.deepcopy(one.state_dict())
+    optimizer = build_optimizer(config, one)
+    ref = _reference_model(one, tiny_model_dir) if config.algorithm.loss.kl_coef > 0 else None
+    torch.manual_seed(11)
+    expected = ppo_update(one, optimizer, trajectories, advantages, update_config(config), ref, 0)
+
+    mirror = load_policy(config, str(tiny_model_dir)).model
+    mirror_optimizer = build_optimizer(config, mirror)
+    group.config, group.mirror, group.mirror_optimizer = update_config(config), mirror, mirror_optimizer
+    group.load_state(initial, build_optimizer(config, copy.deepcopy(one)).state_dict())
+    torch.manual_seed(11)  # the group draws the mini-batches in this process, as ppo_update does
+    version = group.version
+    metrics = group.update(trajectories, advantages)
+
+    two = group.state_dict()
+    moved = _relative_difference(initial, one.state_dict())
+    assert moved > 1e-4  # the step changed the weights, so equality below says something
+    assert _relative_difference(one.state_dict(), two) <= 1e-6
+    assert _relative_difference(two, mirror.state_dict()) == 0.0
+    assert all(torch.equal(tensor, two[name]) for name, tensor in group.named_parameters())
+    assert group.version == version + 1
+    group.pull_optimizer_state()  # what a checkpoint saves: rank 0's AdamW moments, equal to one rank's
+    for moment in ("exp_avg", "exp_avg_sq"):
+        assert _relative_difference({str(k): v[moment] for k, v in optimizer.state_dict()["state"].items()},
+                                    {str(k): v[moment] for k, v in mirror_optimizer.state_dict()["state"].items()}) < 1e-5
+    assert metrics.keys() == expected.keys()
+    for key in expected:
+        if key != "train_tokens_per_s":
+            assert metrics[key] == pytest.approx(expected[key], rel=1e-4, abs=1e-6), key
+
+
+@pytest.mark.slow  # starts a group of its own (~20-40 s on a busy 2-core machine)
+def test_a_rank_that_raises_while_its_peer_waits_in_a_collective_ends_the_group_with_a_training_error(
+        ray_session: None, batch: tuple[list[Trajectory], torch.Tensor], tiny_model_dir: Path) -> None:
+    from rlvr_gym_agents.train import TrainingError
+
+    trajectories, _ = batch
+    longest = max(range(len(trajectories)), key=lambda i: len(trajectories[i].token_ids))
+    longer = copy.deepcopy(trajectories[longest])  # the same prompt group, 3 more generated tokens
+    for values, extra in ((longer.token_ids, 5), (longer.loss_mask, 1), (longer.logps, -1.0), (longer.entropies, 1.0)):
+        values += [extra] * 3  # type: ignore[operator]
+    rows = [longer if i == longest else t for i, t in enumerate(trajectories)]
+    # per-token advantages as wide as the longest original row: the rank holding the longer row raises in its first
+    # lines, the other enters the first collective and waits for it
+    advantages = torch.zeros(len(rows), len(trajectories[longest].token_ids))
+    owned = shard_rows(rows, 2)
+    failing = next(rank for rank, mine in enumerate(owned) if longest in mine)
+    config = _config(tiny_model_dir)
+    learners = LearnerGroup(2, functools.partial(trainable_model, config, str(tiny_model_dir)),
+                            functools.partial(build_optimizer, config), update_config(config), 0)
+    pids = learners.pids()
+    with pytest.raises(TrainingError, match=rf"learner rank {failing} failed during update 1: .*per-token advantages"):
+        learners.update(rows, advantages)
+    _wait_until_gone(pids)  # both ranks, the waiting one included
+
+
+def test_shard_rows_keeps_prompt_groups_together_and_balances_tokens() -> None:
+    def episode(prompt: int, length: int) -> Trajectory:
+        ids = [prompt, 1] + [2] * (length - 2)
+        return Trajectory(task_id=f"t{prompt}", env_id="x", token_ids=ids, loss_mask=[0, 0] + [1] * (length - 2),
+                          logps=[0.0] * length, entropies=[0.0] * length, prompt_length=2)
+
+    # groups (prompt ids 7, 8, 9) of 30, 8 and 24 tokens: 7 -> rank 0; 9 -> rank 1 (0 < 30); 8 -> rank 1 (24 < 30)
+    batch = [episode(7, 10), episode(8, 4), episode(7, 10), episode(9, 12), episode(8, 4), episode(7, 10),
+             episode(9, 12)]
+    assert shard_rows(batch, 2) == [[0, 2, 5], [1, 3, 4, 6]]
+    assert shard_rows(batch, 1) == [list(range(7))]
+    # fewer groups than ranks: rows one by one, longest first
+    assert shard_rows(batch[:3], 4) == [[0], [2], [1], []]
+
+
+def test_backend_auto_is_gloo_on_cpu_and_nccl_on_cuda() -> None:
+    assert resolve_backend("auto", "cpu") == "gloo"
+    assert resolve_backend("auto", "cuda") == "nccl"
+    assert resolve_backend("gloo", "cuda:0") == "gloo"
+    with pytest.raises(ValueError, match="needs model.device=cuda"):
+        resolve_backend("nccl", "cpu")
+    with pytest.raises(ValueError, match="auto, gloo or nccl"):
+        resolve_backend("mpi", "cpu")
+
+
+def test_one_learner_updates_in_process_without_ray(tiny_model_dir: Path, tmp_path: Path) -> None:
+    config = _config(tiny_model_dir)
+    policy = load_policy(config, str(tiny_model_dir))
+    updater = build_updater(config, policy, build_optimizer(config, policy.model), tmp_path)
+    assert isinstance(updater, PPOUpdater) and updater.model is policy.model
+
+
+NUM_STEPS = 3
+
+
+def _train_argv(tiny_model_dir: Path, tmp_path: Path) -> list[str]:
+    """A flat-sampler Echo run of ``NUM_STEPS`` RL steps on 2 learner ranks, a checkpoint after every step."""
+    TaskSuite("train", echo_tasks(8, "train")).save(tmp_path / "train.jsonl")
+    TaskSuite("test", echo_tasks(4, "test")).save(tmp_path / "test.jsonl")
+    (tmp_path / "recipe.yaml").write_text("seed: 3\n", encoding="utf-8")
+    return [str(tmp_path / "recipe.yaml"), f"model.path_or_id={tiny_model_dir}", "env.env_id=testing/Echo-v0",
+            f"env.train_suite={tmp_path / 'train.jsonl'}", f"env.test_suite={tmp_path / 'test.jsonl'}",
+            "sft.enabled=false", "rollout.max_new_tokens=4", "train.tasks_per_step=2", "train.group_size=4",
+            "algorithm.drop_zero_variance_groups=false", f"train.num_steps={NUM_STEPS}", "train.checkpoint_every=1",
+            "eval.num_tasks=2", "eval.k=1", "eval.greedy=false", f"output.dir={tmp_path / 'run'}",
+            "output.progress=false", "output.tensorboard=false", "model.num_threads=1", "cluster.learners=2"]
+
+
+@pytest.mark.slow  # two training runs on 2 learner ranks each (~80 s on a busy 2-core machine)
+def test_a_killed_learner_rank_stops_the_run_and_a_rerun_resumes_without_losing_or_repeating_a_step(
+        ray_session: None, tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    argv, run = _train_argv(tiny_model_dir, tmp_path), tmp_path / "run"
+    gather, killed = LearnerGroup._gather, []
+
+    def kill_rank_1_during_update_2(self: LearnerGroup, refs: list[Any], what: str,
+                                    timeout_s: float | None = None) -> list[Any]:
+        if what == "update 2":  # the ranks have their work (rank 0 then waits for rank 1 in a collective)
+            os.kill(killed[1], signal.SIGKILL)
+        results = gather(self, refs, what, timeout_s)
+        if what == "update 1":  # an actor runs its calls in turn: ask for the pids between updates
+            killed.extend(self.pids())
+        return results
+
+    monkeypatch.setattr(LearnerGroup, "_gather", kill_rank_1_during_update_2)
+    assert train_main(argv) == 1
+    error = capsys.readouterr().err
+    assert "learner rank 1 died during update 2" in error and "resume from the last checkpoint" in error
+    assert torch.load(run / "checkpoint" / "trainer_state.pt", weights_only=False)["step"] == 1
+    _wait_until_gone(killed)  # the group killed rank 0 too
+
+    monkeypatch.setattr(LearnerGroup, "_gather", gather)
+    assert train_main(argv) == 0
+    output = capsys.readouterr().err
+    assert f"resumed from {run / 'checkpoint'} at RL step 1" in output
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert [r["step"] for r in records if r["phase"] == "rl"] == list(range(1, NUM_STEPS + 1))
+    assert [r["step"] for r in records if r["phase"] == "eval"] == [0, NUM_STEPS]
+    assert torch.load(run / "checkpoint" / "trainer_state.pt", weights_only=False)["step"] == NUM_STEPS
+
+
+def _wait_until_gone(pids: list[int], timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    for pid in pids:
+        while _alive(pid):
+            assert time.monotonic() < deadline, f"learner process {pid} still runs after the group was closed"
+            time.sleep(0.1)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
