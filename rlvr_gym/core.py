@@ -113,12 +113,18 @@ class Env(gymnasium.Env[str, str]):
         max_turns: the turn limit; reaching it ends the episode with ``truncated=True`` and a
             ``turn_limit`` failure.
         supports_fork: whether :meth:`fork` works for this env.
+        concurrent_steps: whether separate instances of this env may be reset and stepped from different
+            threads at once, and gain from it (their steps wait on a sandbox or a simulator, and nothing in
+            them is bound to one thread); the evaluation harness and the trainer then step them on threads by
+            default. False (the default) for in-memory envs, where the GIL leaves nothing to gain, and for
+            envs bound to one thread (Playwright's sync API).
         turn: the number of steps taken in the current episode.
         task: the task of the current episode (a :class:`rlvr_gym.Task` or None).
     """
 
     metadata: dict[str, Any] = {"render_modes": ["ansi"]}  # noqa: RUF012  (declared so by gymnasium.Env)
     supports_fork: ClassVar[bool] = True
+    concurrent_steps: ClassVar[bool] = False
     max_turns: int = 50
 
     def __init__(self, max_turns: int | None = None, render_mode: str | None = None) -> None:

@@ -398,7 +398,7 @@ def evaluate(
     *,
     env_factory: Callable[[str], Env] = make,
     max_parallel: int = 16,
-    env_threads: bool = False,
+    env_threads: bool | None = None,
     progress: bool = True,
     by: Sequence[str] = (),
 ) -> EvalReport:
@@ -414,7 +414,9 @@ def evaluate(
             one episode at a time.
         env_threads: for a :class:`BatchAgent`, reset and step the live envs concurrently in up to
             ``max_parallel`` threads (envs must tolerate being called from any thread); False calls every env
-            from the calling thread.
+            from the calling thread; None (the default) uses threads when ``env_factory`` is ``make`` and every
+            task's env declares :attr:`rlvr_gym.Env.concurrent_steps` (the code and RTL families: their steps
+            wait on sandboxes).
         progress: show a progress bar over episodes (:func:`rlvr_gym.tracking.progress_bar`: redraws in a
             terminal, a line every 30 s in a log).
         by: task metadata keys to split every metric by (see :func:`summarize`).
@@ -439,6 +441,8 @@ def evaluate(
     if isinstance(agent, EpisodeAgent):
         records = agent.run_episodes([(task, sample) for task in task_list for sample in range(k)], env_factory)
         return EvalReport(summarize(records, k), records)
+    if env_threads is None:  # the ids were checked above; another factory's ids may be unknown to the registry
+        env_threads = env_factory is make and all(spec(env_id).concurrent_steps for env_id in {t.env_id for t in task_list})
     episodes = [_Episode(task, sample) for task in task_list for sample in range(k)]
     with _progress_bar(len(episodes), progress) as bar:
         if isinstance(agent, BatchAgent):

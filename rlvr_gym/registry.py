@@ -68,6 +68,13 @@ class EnvSpec:
         """The part of the id before the slash."""
         return self.id.split("/", 1)[0]
 
+    @property
+    def concurrent_steps(self) -> bool:
+        """The env class's :attr:`rlvr_gym.Env.concurrent_steps` (False for an entry point that is a plain
+        factory function, whose class is unknown until it runs)."""
+        factory = _load_entry_point(self.entry_point) if isinstance(self.entry_point, str) else self.entry_point
+        return isinstance(factory, type) and issubclass(factory, Env) and factory.concurrent_steps
+
     def make(self, **overrides: Any) -> Env:
         """Builds the env with ``kwargs`` updated by ``overrides``."""
         factory = _load_entry_point(self.entry_point) if isinstance(self.entry_point, str) else self.entry_point

@@ -93,10 +93,10 @@ class EnvConfig:
     remote: tuple[str, ...] = ("*",)
     """``fnmatch`` patterns of the env ids that run in the workers when ``num_workers > 0``."""
     step_threads: int | None = None
-    """Threads that step a turn's envs concurrently (rollouts and evaluations); None = ``num_workers`` (envs in Ray
-    workers wait in parallel; 0 with in-process envs). Envs that wait on a sandbox or simulator gain from threads in
-    process too; envs bound to one thread (the web family's Playwright outside a pool) need 0. The trajectories
-    are the same either way."""
+    """Threads that step a turn's envs concurrently (rollouts and evaluations); None = ``num_workers`` with env
+    workers (envs in Ray workers wait in parallel), else 4 when the env declares ``concurrent_steps`` (code, rtl:
+    steps wait on a sandbox or simulator), else 0. Envs bound to one thread (the web family's Playwright outside a
+    pool) need 0. The trajectories are the same either way."""
 
 
 @dataclasses.dataclass

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import os
 import select
-import selectors
 import subprocess
 import tempfile
 import time
@@ -42,6 +42,11 @@ def wait_for_exit(proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
     finally:
         os.close(pidfd)
     return proc.poll() is not None
+
+
+def _poll_ms(seconds: float) -> int:
+    """A ``poll()`` timeout in whole milliseconds, rounded up so a wait never ends early and spins."""
+    return max(0, math.ceil(seconds * 1000))
 
 
 class SandboxSession:
@@ -83,22 +88,30 @@ class SandboxSession:
         )
         assert self.proc.stdin is not None and self.proc.stdout is not None
         os.set_blocking(self.proc.stdin.fileno(), False)
+        # One poll object per direction for the session's life: a selector per call costs three system
+        # calls (create, register, close) on every line of a chatty protocol.
+        self._writable = select.poll()
+        self._writable.register(self.proc.stdin.fileno(), select.POLLOUT)
+        self._readable = select.poll()
+        self._readable.register(self.proc.stdout.fileno(), select.POLLIN)
 
     def write(self, data: bytes, deadline: float | None = None) -> bool:
         """Writes all of ``data`` to the process's stdin; False if it closed stdin or the deadline passed."""
         deadline = min(deadline or self.deadline, self.deadline)
         fd = self.proc.stdin.fileno()  # type: ignore[union-attr]
         view = memoryview(data)
-        with selectors.DefaultSelector() as selector:
-            selector.register(fd, selectors.EVENT_WRITE)
-            while view:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or not selector.select(timeout=remaining):
-                    return False
-                try:
-                    view = view[os.write(fd, view):]
-                except (BrokenPipeError, BlockingIOError):
-                    return False
+        if time.monotonic() >= deadline:
+            return False
+        while view:
+            try:
+                view = view[os.write(fd, view):]
+                continue
+            except BlockingIOError:  # the pipe is full: wait until it drains or the deadline passes
+                pass
+            except BrokenPipeError:
+                return False
+            if not self._writable.poll(_poll_ms(deadline - time.monotonic())) or time.monotonic() >= deadline:
+                return False
         return True
 
     def read_line(self, deadline: float | None = None, max_bytes: int = 16 * 1024 * 1024) -> bytes | None:
@@ -106,22 +119,20 @@ class SandboxSession:
         than ``max_bytes`` (a too-long line is not consumed: :meth:`close` returns it with the rest)."""
         deadline = min(deadline or self.deadline, self.deadline)
         fd = self.proc.stdout.fileno()  # type: ignore[union-attr]
-        with selectors.DefaultSelector() as selector:
-            selector.register(fd, selectors.EVENT_READ)
-            while b"\n" not in self._buffer:
-                remaining = deadline - time.monotonic()
-                if len(self._buffer) > max_bytes or remaining <= 0:
+        while b"\n" not in self._buffer:
+            remaining = deadline - time.monotonic()
+            if len(self._buffer) > max_bytes or remaining <= 0:
+                return None
+            if not self._readable.poll(_poll_ms(min(remaining, 0.25))):
+                if self._disk.exceeded():
+                    self.disk_exceeded = True
+                    _kill_group(self.proc)  # type: ignore[arg-type]
                     return None
-                if not selector.select(timeout=min(remaining, 0.25)):
-                    if self._disk.exceeded():
-                        self.disk_exceeded = True
-                        _kill_group(self.proc)  # type: ignore[arg-type]
-                        return None
-                    continue
-                chunk = os.read(fd, 1 << 20)
-                if not chunk:
-                    return None
-                self._buffer.extend(chunk)
+                continue
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return None
+            self._buffer.extend(chunk)
         line, _, rest = bytes(self._buffer).partition(b"\n")
         if len(line) > max_bytes:
             return None  # left in the buffer, like a long line still without its newline (close() returns it)

@@ -317,3 +317,28 @@ def test_env_threads_only_when_asked(env_threads: bool) -> None:
     assert report.metrics["pass@1"] == pytest.approx(0.5) and len(_ThreadRecordingEnv.threads) == 16
     off_main = {t for t in _ThreadRecordingEnv.threads if t != threading.get_ident()}
     assert bool(off_main) is env_threads  # in-process envs bound to a thread (Playwright) need False
+
+
+class _ConcurrentRecordingEnv(_ThreadRecordingEnv):
+    concurrent_steps = True
+
+
+@pytest.mark.parametrize("concurrent", [False, True])
+def test_env_threads_by_default_only_for_envs_that_declare_concurrent_steps(concurrent: bool) -> None:
+    env_class = _ConcurrentRecordingEnv if concurrent else _ThreadRecordingEnv
+    with temporary_env("testing/ThreadRecording-v0", env_class) as env_id:
+        assert rlvr_gym.spec(env_id).concurrent_steps is concurrent
+        _ThreadRecordingEnv.threads = []
+        tasks = [t.model_copy(update={"env_id": env_id}) for t in echo_tasks(4)]
+        report = evaluate(_EchoBatchAgent(), tasks, k=2, max_parallel=4, progress=False)
+        assert report.metrics["pass@1"] == pytest.approx(0.5) and len(_ThreadRecordingEnv.threads) == 16
+        assert bool({t for t in _ThreadRecordingEnv.threads if t != threading.get_ident()}) is concurrent
+        _ThreadRecordingEnv.threads = []  # another factory: threads only when asked
+        evaluate(_EchoBatchAgent(), tasks, k=1, env_factory=lambda env_id: env_class(), max_parallel=4, progress=False)
+        assert {t for t in _ThreadRecordingEnv.threads if t != threading.get_ident()} == set()
+
+
+def test_sandboxed_families_declare_concurrent_steps_and_in_memory_ones_do_not() -> None:
+    assert rlvr_gym.spec("code/HumanEval-v0").concurrent_steps
+    assert rlvr_gym.spec("rtl/VerilogEval-v0").concurrent_steps
+    assert not rlvr_gym.spec("testing/Echo-v0").concurrent_steps

@@ -108,3 +108,17 @@ def test_cluster_section_reads_the_async_key_and_checks_its_values():
         load_config(None, ["cluster.learners=0"])
     with pytest.raises(ConfigError, match="Did you mean cluster.async"):
         load_config(None, ["cluster.asynch=true"])
+
+
+@pytest.mark.parametrize(("overrides", "threads"), [
+    (["env.env_id=textworld/ALFWorld-Easy-v0"], 0),  # in-memory: the GIL leaves nothing to gain
+    (["env.env_id=code/HumanEval-v0"], 4),  # steps wait on sandboxes
+    (["env.env_id=rtl/VerilogEval-v0"], 4),
+    (["env.env_id=code/HumanEval-v0", "env.num_workers=2"], 2),  # Ray workers: one thread each
+    (["env.env_id=code/HumanEval-v0", "env.step_threads=0"], 0),  # asked for
+])
+def test_env_step_threads_default_to_concurrent_steps_for_sandboxed_envs(overrides: list[str], threads: int) -> None:
+    from rlvr_gym_agents.train import step_executor_of
+
+    with step_executor_of(load_config(None, overrides)) as executor:
+        assert (0 if executor is None else executor._max_workers) == threads  # type: ignore[attr-defined]

@@ -118,3 +118,36 @@ def test_a_hang_while_loading_is_a_timeout_in_batch_mode() -> None:
     finally:
         batch.close()
     assert report.failure is not None and report.failure.kind is FailureKind.TIMEOUT
+
+
+def test_batch_mode_reports_a_failing_programs_output_without_following_its_symlinks() -> None:
+    batch = BatchJudge(limits=LIMITS)
+    try:
+        printed = batch.judge(_function("print('looking at', 41 + 1)\nreturn 'no'"), TESTS)
+        # the log read from the host side must not follow a link the program planted there
+        linked = batch.judge(_function("""
+            os.remove('output.log')
+            os.symlink('/etc/passwd', 'output.log')
+            return 'no'"""), TESTS)
+        job_linked = batch.judge(_function("""
+            import shutil
+            os.chdir('/workspace')
+            shutil.rmtree('/workspace/job')
+            os.symlink('/etc', '/workspace/job')
+            return 'no'"""), TESTS)
+        after = batch.judge(_function("return 'ok'"), TESTS)
+    finally:
+        batch.close()
+    assert not printed.passed and "looking at 42" in printed.output
+    assert not linked.passed and linked.output == ""
+    assert not job_linked.passed and job_linked.output == ""
+    assert after.passed, after.reason
+
+
+def test_batch_mode_refuses_a_sandbox_that_would_empty_the_hosts_tmp() -> None:
+    from rlvr_gym.sandbox import SandboxUnavailableError, get_sandbox
+
+    with pytest.warns(UserWarning, match="NO isolation"):
+        unsafe = get_sandbox("subprocess")
+    with pytest.raises(SandboxUnavailableError, match="needs the 'bwrap' sandbox"):
+        BatchJudge(unsafe)

@@ -9,11 +9,18 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from rlvr_gym_rtl.equivalence import EquivalenceResult, apply_equivalence, check_equivalence, parse_log
+from rlvr_gym_rtl.equivalence import (
+    EquivalenceResult,
+    apply_equivalence,
+    check_equivalence,
+    equivalence_result,
+    parse_log,
+)
 from rlvr_gym_rtl.judge import RtlJudge
 from rlvr_gym_rtl.problem import RtlProblem, gold_action
 from rlvr_gym_rtl.verilog_eval import BUNDLED_DIR, load_problem, resolve_problem_dir
 
+from rlvr_gym.sandbox import SandboxResult
 from rlvr_gym.verifier import RewardResult
 
 COUNTER_TROJAN = """module TopModule(input clk, input reset, output reg [3:0] q);
@@ -46,6 +53,30 @@ COUNTER_RESTRUCTURED = """module TopModule(input clk, input reset, output [3:0] 
   reg [3:0] count;
   assign q = count;
   always @(posedge clk) count <= (reset | (count == 4'd10)) ? 4'd1 : count + 4'd1;
+endmodule
+"""
+SEQDET_REFERENCE = """module RefModule(input clk, input reset, input in, output reg found);
+  reg [4:0] hist;
+  reg [2:0] seen;
+  always @(posedge clk)
+    if (reset) begin hist <= 0; seen <= 0; found <= 1'b0; end
+    else begin
+      hist <= {hist[3:0], in};
+      if (seen != 3'd5) seen <= seen + 1'b1;
+      found <= ({hist[3:0], in} == 5'b00100) && (seen >= 3'd4);
+    end
+endmodule
+"""
+SEQDET_RESTRUCTURED = """module TopModule(input clk, input reset, input in, output reg found);
+  reg [3:0] window;
+  reg [3:0] age;
+  always @(posedge clk)
+    if (reset) begin window <= 0; age <= 0; found <= 0; end
+    else begin
+      window <= {window[2:0], in};
+      if (age < 4'd9) age <= age + 4'd1;
+      found <= ({window, in} == 5'b00100) && (age >= 4'd4);
+    end
 endmodule
 """
 
@@ -103,6 +134,17 @@ def test_a_correct_restructured_design_still_passes_in_strict_mode(judges: dict[
     assert judgement.result.value == 1.0 and judgement.result.components["equivalence"] == 1.0
 
 
+def test_pdr_proves_what_k_induction_cannot_and_proves_no_wrong_design(judge: RtlJudge) -> None:
+    # The output stays 0 on both sides while the input avoids the pattern, whatever the two designs' hidden
+    # states (a saturating counter of another width, a shorter window): no depth of k-induction closes that.
+    proved = check_equivalence(judge.sandbox, SEQDET_REFERENCE, SEQDET_RESTRUCTURED, timeout_s=20.0)
+    assert proved.status == "equivalent" and proved.detail.endswith("(PDR)"), proved.detail
+    late = SEQDET_RESTRUCTURED.replace("age >= 4'd4", "age >= 4'd5")  # detects one cycle later than it should
+    assert check_equivalence(judge.sandbox, SEQDET_REFERENCE, late, timeout_s=20.0).status == "not_equivalent"
+    hidden = SEQDET_RESTRUCTURED.replace("if (age < 4'd9) age <= age + 4'd1;", "age <= age + 4'd1;")  # age wraps
+    assert check_equivalence(judge.sandbox, SEQDET_REFERENCE, hidden, timeout_s=20.0).status != "equivalent"
+
+
 def test_apply_equivalence_is_pure_and_typed() -> None:
     passed = RewardResult(1.0, {"pass": 1.0}, "all samples match")
     proof = EquivalenceResult("equivalent", "proved")
@@ -120,3 +162,8 @@ def test_parse_log_reads_yosys_s_three_outcomes() -> None:
     assert parse_log("Reached maximum number of time steps -> proof failed.", False, 0, 20).status == "unknown"
     assert parse_log("", True, None, 20).detail == "the equivalence check ran out of time"
     assert "syntax error" in parse_log("ERROR: syntax error, unexpected TOK_ID", False, 1, 20).detail
+    undecided = "Reached maximum number of time steps -> proof failed."
+    assert parse_log(undecided, True, 124, 20, pdr_log="Property proved.  Time = 0.02 sec").status == "equivalent"
+    assert parse_log(undecided, False, 0, 20, pdr_log="Output 0 of miter was asserted in frame 3.").status == "unknown"
+    out_of_time = SandboxResult(124, "", "", files={"eq.log": b"", "pdr.log": b"Output 0 was asserted"})
+    assert equivalence_result(out_of_time).detail == "the equivalence check ran out of time"

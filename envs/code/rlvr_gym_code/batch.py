@@ -7,14 +7,17 @@ stay outside the sandbox.
 from __future__ import annotations
 
 import dataclasses
+import os
 import secrets
+import stat
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from rlvr_gym import Failure, FailureKind
-from rlvr_gym.sandbox import Sandbox, SandboxLimits, SandboxSession
+from rlvr_gym.sandbox import Sandbox, SandboxLimits, SandboxSession, SandboxUnavailableError
 from rlvr_gym_code import codec
 from rlvr_gym_code.judge import (
     DEFAULT_LIMITS,
@@ -75,37 +78,63 @@ class BatchJudge:
     is killed, every writable place (``/workspace``, so ``$HOME`` and ``job/`` too, ``/tmp``, ``/dev/shm``;
     the root and ``/dev`` are read-only) is emptied and its mode restored, and SysV IPC objects are removed,
     so a program cannot read or influence a later one through the file system. A program that exits during
-    a call is reported at once (not at the call's deadline). This saves a sandbox and interpreter start-up per program. If a program kills the zygote,
-    its verdict is re-judged in a sandbox of its own and the next program gets a new zygote.
+    a call is reported at once (not at the call's deadline). This saves a sandbox and interpreter start-up
+    per program; the child is forked and warmed up before its program arrives, and a job whose tests
+    reached a verdict is ended without waiting for the clean-up (see :meth:`judge`). If a program kills
+    the zygote, its verdict is re-judged in a sandbox of its own and the next program gets a new zygote.
 
     Args:
-        sandbox: a back-end with ``spawn``; default :func:`rlvr_gym_code.judge.interactive_sandbox`.
+        sandbox: the bwrap back-end; default :func:`rlvr_gym_code.judge.interactive_sandbox`.
         limits: limits of each program.
         session_timeout_s: lifetime of one zygote, in seconds (a new one starts after it).
+
+    Raises:
+        SandboxUnavailableError: for a back-end other than bwrap (the subprocess back-end would let the
+            zygote empty the host's ``/tmp``).
     """
 
     def __init__(self, sandbox: Sandbox | None = None, limits: SandboxLimits = DEFAULT_LIMITS,
                  session_timeout_s: float = 3600.0) -> None:
+        self._session: SandboxSession | None = None
+        self._pending_seal: str | None = None  # the seal of a job ended but not yet confirmed done
         self.box = interactive_sandbox(sandbox or "auto")
+        if self.box.name != "bwrap":  # the zygote empties /tmp, /dev/shm and /workspace between programs
+            raise SandboxUnavailableError(
+                f"batch judging needs the 'bwrap' sandbox, got {self.box.name!r}: between programs its zygote "
+                "empties /tmp, /dev/shm and /workspace, which outside bubblewrap are the host's own; judge one "
+                "program per sandbox instead (judge_python, batch_size=1, persistent_sandbox=False)")
         self.limits = limits
         self.session_limits = dataclasses.replace(limits, timeout_s=session_timeout_s)
-        self._session: SandboxSession | None = None
 
     def judge(self, program: str, tests: PythonTests) -> JudgeReport:
-        """The verdict on ``program`` (the same as :func:`judge_python` would give)."""
+        """The verdict on ``program`` (the same as :func:`judge_python` would give).
+
+        A job whose tests reached a verdict is ended without waiting: the zygote's sweep, clean-up and
+        next fork overlap with whatever the caller does next, and the following :meth:`judge` first waits
+        for the zygote's ``done`` (the next program is only sent once every process of this one is dead
+        and every writable place is empty)."""
+        if self._session is not None and not self._settle():
+            self.close()
         if self._session is None or self._session.timed_out:
             self.close()
             self._session = self.box.spawn(  # type: ignore[attr-defined]
                 [PYTHON, "-I", "-S", WORKER_FILE, "--zygote"], files={WORKER_FILE: worker_source()},
                 limits=self.session_limits)
         report, alive = _judge_one_in_batch(self._session, program, tests, self.limits)  # type: ignore[arg-type]
-        if not alive:
+        if isinstance(alive, str):
+            self._pending_seal = alive
+        elif not alive:
             self.close()
         return report if report is not None else judge_python(program, tests, sandbox=self.box, limits=self.limits)
 
+    def _settle(self) -> bool:
+        """Waits for the zygote's ``done`` of the job ended last; False when it never came."""
+        seal, self._pending_seal = self._pending_seal, None
+        return seal is None or _await_done(self._session, seal) is not None  # type: ignore[arg-type]
+
     def close(self) -> None:
         """Stops the zygote (a later :meth:`judge` starts a new one). Safe to call twice."""
-        session, self._session = self._session, None
+        session, self._session, self._pending_seal = self._session, None, None
         if session is not None:
             session.close()
 
@@ -129,8 +158,9 @@ def judge_batch(
 
 def _judge_one_in_batch(
     session: SandboxSession, program: str, tests: PythonTests, limits: SandboxLimits
-) -> tuple[JudgeReport | None, bool]:
-    """Returns (the report, or None to re-judge the program alone; whether the batch can go on)."""
+) -> tuple[JudgeReport | None, bool | str]:
+    """Returns (the report, or None to re-judge the program alone; whether the batch can go on, or the seal
+    of the end request when the job was ended without waiting for the zygote's ``done``)."""
     start = time.monotonic()
     syntax_error = check_syntax(program)
     if syntax_error is not None:
@@ -138,24 +168,34 @@ def _judge_one_in_batch(
     report, nonce = JudgeReport(False), secrets.token_hex(16)
     code = instrument_tests(tests.test_source)
     _run_tests(session, tests, code, report, {"program": program}, start + limits.timeout_s, nonce)
-    done = _end_job(session, nonce)
+    # A verdict the tests themselves reached stands whatever happens to the zygote afterwards.
+    reached = report.passed or (report.failure is None and bool(report.reason))
+    if reached:
+        report.output = _log_tail(session.workdir)
+        seal = _send_end(session, nonce)
+        report.duration_s = time.monotonic() - start
+        return report, seal if seal is not None else False
+    seal = _send_end(session, nonce)
+    done = _await_done(session, seal) if seal is not None else None
     report.duration_s = time.monotonic() - start
-    if done is None:  # the zygote died or hung; a verdict the tests themselves reached still stands
-        reached = report.passed or (report.failure is None and bool(report.reason))
-        return (report if reached else None), False
+    if done is None:  # the zygote died or hung: re-judge the program in a sandbox of its own
+        return None, False
     report.output = str(done.get("log", ""))
     return report, True
 
 
-def _end_job(session: SandboxSession, nonce: str) -> dict[str, Any] | None:
-    """Ends a batch job; returns the zygote's ``done`` message, or None if the zygote is gone.
+def _send_end(session: SandboxSession, nonce: str) -> str | None:
+    """Asks the zygote to end the job; returns the fresh seal its ``done`` must echo, or None if it is gone."""
+    seal = secrets.token_hex(16)
+    return seal if session.write(codec.dumps({"end": nonce, "seal": seal}), time.monotonic() + 5.0) else None
+
+
+def _await_done(session: SandboxSession, seal: str) -> dict[str, Any] | None:
+    """The zygote's ``done`` message for ``seal``, or None if the zygote is gone or takes over 5 s.
 
     Lines before it (anything the dead candidate wrote to the channel) are skipped: only the zygote knows
     the fresh seal it must echo."""
-    seal = secrets.token_hex(16)
     deadline = time.monotonic() + 5.0
-    if not session.write(codec.dumps({"end": nonce, "seal": seal}), deadline):
-        return None
     while (line := session.read_line(deadline)) is not None:
         try:
             message = codec.loads(line)
@@ -164,3 +204,27 @@ def _end_job(session: SandboxSession, nonce: str) -> dict[str, Any] | None:
         if message.get("done") == seal:
             return message
     return None
+
+
+def _log_tail(workdir: Path, max_bytes: int = 4000) -> str:
+    """The last ``max_bytes`` of the running job's ``output.log``, read from the host side of the work dir
+    (``job/`` under it) without following a symlink the candidate may have planted; "" when absent."""
+    try:
+        job_fd = os.open(workdir / "job", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return ""
+    try:
+        log_fd = os.open("output.log", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=job_fd)
+    except OSError:
+        return ""
+    finally:
+        os.close(job_fd)
+    try:
+        size = os.fstat(log_fd).st_size
+        if not stat.S_ISREG(os.fstat(log_fd).st_mode):
+            return ""
+        return os.pread(log_fd, max_bytes, max(0, size - max_bytes)).decode("utf-8", "replace")
+    except OSError:
+        return ""
+    finally:
+        os.close(log_fd)

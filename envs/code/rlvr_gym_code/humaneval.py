@@ -127,6 +127,7 @@ class HumanEvalEnv(Env):
     """
 
     max_turns = 1
+    concurrent_steps = True  # a step waits on its sandbox; each env owns its own
 
     def __init__(self, backend: str = "auto", timeout_s: float = 10.0, persistent_sandbox: bool = False,
                  max_turns: int | None = None, render_mode: str | None = None) -> None:

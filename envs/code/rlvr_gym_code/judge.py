@@ -212,6 +212,17 @@ def instrument_tests(test_source: str) -> Any:
         return compile(tree, "<hidden tests>", "exec", optimize=0)
 
 
+@functools.lru_cache(maxsize=512)
+def compile_setup(setup_source: str) -> Any:
+    """Compiles a task's trusted setup code once (a task is judged many times: every sample of a group).
+
+    Raises:
+        SyntaxError: when the setup code does not parse (a broken task, not a candidate fault).
+    """
+    with AST_LOCK:
+        return compile(setup_source, "<task setup>", "exec", optimize=0)
+
+
 @functools.cache
 def worker_source() -> str:
     """The worker script shipped into the sandbox: the codec's source followed by the worker's."""
@@ -290,9 +301,7 @@ def _run_tests(session: SandboxSession, tests: PythonTests, code: Any, report: J
     proxy = RemoteFunction(session, tests.entry_point, deadline)
     reached: list[int] = []
     namespace: dict[str, Any] = {"__name__": "__rlvr_tests__"}
-    with AST_LOCK:
-        setup = compile(tests.setup_source, "<task setup>", "exec", optimize=0)
-    exec(setup, namespace)  # noqa: S102  (trusted task data, never candidate code)
+    exec(compile_setup(tests.setup_source), namespace)  # noqa: S102  (trusted task data, never candidate code)
     namespace[_COUNTER] = reached.append
     exec(code, namespace)  # noqa: S102  (trusted task data: defines check)
     namespace[tests.entry_point] = proxy

@@ -12,17 +12,21 @@ Protocol (one JSON object per line on stdin / on the original stdout):
     worker -> ``{"id": int, "value": <encoded>}`` or ``{"id": int, "error": str, "message": str}``.
 The candidate's own prints go to ``output.log`` in its work dir, never to the protocol channel.
 
-Batch mode (``--zygote``): one sandbox judges several programs in turn. For each
-``{"program": str, "nonce": str}`` the zygote forks a child that serves that program as above (fresh
-``job/`` dir, its own stdin pipe), forwards the judge's lines to it until ``{"end": nonce, "seal": str}``,
-then kills the child and *every other process of the sandbox user* (``kill(-1, SIGKILL)``), reaps, empties
-every writable place (``/workspace``, ``/tmp``, ``/dev/shm``; the root and ``/dev`` are read-only), removes
-SysV IPC objects and answers ``{"done": seal, "log": str}``. If the child ends before the end request (an
+Batch mode (``--zygote``): one sandbox judges several programs in turn. Before each job the zygote forks
+the job's child ahead of time (after the previous job's clean-up, so from a clean sandbox): it warms up
+(compiles and runs a trusted snippet, so its copy-on-write page faults are paid before the program comes)
+and waits on its own stdin pipe. For each ``{"program": str, "nonce": str}`` the zygote writes the program
+to a fresh ``job/solution.py`` and hands the nonce to that child, which then serves the program as above;
+the zygote forwards the judge's lines to it until ``{"end": nonce, "seal": str}``, then kills the child and
+*every other process of the sandbox user* (``kill(-1, SIGKILL)``), reaps, answers ``{"done": seal, "log":
+str}``, and only then empties every writable place (``/workspace``, ``/tmp``, ``/dev/shm``; the root and
+``/dev`` are read-only), removes SysV IPC objects and forks the next child; it reads the next job only after
+that, so the judge may send it without waiting for ``done``. If the child ends before the end request (an
 exit mid-call), the zygote says ``{"exited": status, "nonce": nonce}`` at once, so the judge need not wait
-for the call's deadline. The seal is fresh and only
-ever seen by the zygote, so lines a candidate forged before it died cannot pass for the end of its job. The zygote makes itself non-dumpable, so a
-candidate (same uid) cannot ptrace it or read its memory; a candidate can kill it, which ends the batch (the
-judge then re-runs the rest one sandbox each), but it cannot touch a later program's process.
+for the call's deadline. The seal is fresh and only ever seen by the zygote, so lines a candidate forged
+before it died cannot pass for the end of its job. The zygote makes itself non-dumpable, so a candidate
+(same uid) cannot ptrace it or read its memory; a candidate can kill it, which ends the batch (the judge
+then re-runs the rest one sandbox each), but it cannot touch a later program's process.
 """
 
 import importlib.util
@@ -38,13 +42,17 @@ if TYPE_CHECKING:  # in the sandbox these names come from the codec source shipp
     from rlvr_gym_code.codec import decode, dumps, encode, loads  # noqa: TC004
 
 JOB_DIR = "/workspace/job"
+_CHANNEL = None  # the protocol channel (the original stdout), set by zygote()
 WRITABLE_DIRS = (("/workspace", 0o700), ("/tmp", 0o1777), ("/dev/shm", 0o1777))
 """Every directory a sandboxed program can write to (bwrap mounts the rest read-only), with its mode."""
 
 
 def _redirect_output(log_path):
     channel = os.fdopen(os.dup(1), "wb", buffering=0)
-    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    except PermissionError:  # a host whose /dev/null lost its write permission (seen: mode 0755)
+        log_fd = os.open("/tmp", os.O_WRONLY | os.O_TMPFILE, 0o600)  # nameless: no later program sees it
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
     os.close(log_fd)
@@ -147,16 +155,57 @@ def _wipe(path):
                 pass
 
 
-def _child(channel, read_fd, nonce):
-    os.dup2(read_fd, 0)
+_WARM_UP = """
+from typing import Dict, List, Optional, Tuple
+import math, re, itertools, functools, collections
+
+
+def _warm(numbers: List[int], text: str = "a b c") -> Tuple[int, Dict[str, int]]:
+    counts: Dict[str, int] = {}
+    for word in text.split():
+        counts[word] = counts.get(word, 0) + 1
+    total = sum(x * x for x in numbers if x % 2 == 0)
+    pairs = [(a, b) for a in numbers for b in numbers if a < b]
+    return total + len(pairs), dict(sorted(counts.items()))
+"""
+
+
+def _warm_up():
+    """Touches what loading and serving a program touches (the compiler, the codec), so the copy-on-write
+    page faults after fork() are paid while the child waits for its program, not while the judge waits."""
+    namespace = {"__name__": "_warm_up"}
+    exec(compile(_WARM_UP, "<warm-up>", "exec"), namespace)  # noqa: S102  (trusted text, not a candidate's)
+    loads(dumps({"id": 0, "value": encode(namespace["_warm"]([1, 2, 3, 4]))}))
+    decode(encode([1, "x", (2.5, None), {"k": [True]}, {3}, b"b"]))
+
+
+def _prefork():
+    """Forks the next job's child ahead of its program: it warms up, then waits on its own pipe for the
+    job's nonce (the program is in ``job/solution.py`` by then) and serves it. Returns (pid, write end).
+    Runs once every process of the previous job is dead; the child touches no file before its nonce comes,
+    and the nonce comes only after the clean-up, so it starts from a clean sandbox."""
+    read_fd, write_fd = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.close(write_fd)
+        _child(read_fd)
     os.close(read_fd)
-    os.chdir(JOB_DIR)
-    log_fd = os.open("output.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.dup2(log_fd, 1)
-    os.dup2(log_fd, 2)
-    os.close(log_fd)
+    return child, write_fd
+
+
+def _child(read_fd):
     try:
-        serve(channel, os.fdopen(0, "rb", closefd=False), os.path.join(JOB_DIR, "solution.py"), nonce)
+        os.dup2(read_fd, 0)
+        os.close(read_fd)
+        _warm_up()
+        requests = os.fdopen(0, "rb", closefd=False)
+        nonce = requests.readline().decode("ascii").strip()
+        os.chdir(JOB_DIR)
+        log_fd = os.open("output.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        os.close(log_fd)
+        serve(_CHANNEL, requests, os.path.join(JOB_DIR, "solution.py"), nonce)
     finally:
         os._exit(0)
 
@@ -202,17 +251,24 @@ def _pidfd(child):
         return None
 
 
-def _run_job(channel, lines, job):
-    nonce, seal = job["nonce"], None
-    os.makedirs(JOB_DIR, exist_ok=True)
+def _start_job(job, spare):
+    """Writes the job's program, hands its nonce to the pre-forked child (a fresh one if that has died)."""
     with open(os.path.join(JOB_DIR, "solution.py"), "w", encoding="utf-8", errors="surrogatepass") as handle:
         handle.write(job["program"])
-    read_fd, write_fd = os.pipe()
-    child = os.fork()
-    if child == 0:
+    child, write_fd = spare
+    if os.waitpid(child, os.WNOHANG)[0] != 0:  # the spare died while waiting (e.g. the memory limit)
         os.close(write_fd)
-        _child(channel, read_fd, nonce)
-    os.close(read_fd)
+        child, write_fd = _prefork()
+    try:
+        os.write(write_fd, job["nonce"].encode("ascii") + b"\n")
+    except OSError:
+        pass  # it died just now: the judge sees no ready line and ends the job
+    return child, write_fd
+
+
+def _run_job(channel, lines, job, spare):
+    nonce, seal = job["nonce"], None
+    child, write_fd = _start_job(job, spare)
     pidfd = _pidfd(child)
     while True:
         line = lines.next(pidfd)
@@ -225,9 +281,8 @@ def _run_job(channel, lines, job):
             continue
         if not line:
             break
-        message = loads(line)
-        if message.get("end") == nonce:
-            seal = message.get("seal")
+        if line.startswith(b'{"end"') and loads(line).get("end") == nonce:
+            seal = loads(line).get("seal")
             break
         try:
             os.write(write_fd, line)
@@ -239,18 +294,22 @@ def _run_job(channel, lines, job):
     _sweep(child)
     try:
         with open(os.path.join(JOB_DIR, "output.log"), "rb") as handle:
-            log = handle.read()[-4000:].decode("utf-8", "replace")
+            handle.seek(max(0, os.fstat(handle.fileno()).st_size - 4000))
+            log = handle.read(4000).decode("utf-8", "replace")
     except OSError:
         log = ""
-    # Every process of the job is dead, so nothing can write any more: answer first, then clean while the
-    # judge works on its side; the next job is read only once the cleaning is done.
+    # Every process of the job is dead, so nothing can write any more: fork the next child (it warms up
+    # meanwhile), answer, then clean while the judge works on its side; the next job is read only after that.
+    spare = _prefork()
     channel.write(dumps({"done": seal, "log": log}))
     _reset_writable()
+    return spare
 
 
 def _reset_writable():
     """Empties every place a program can write (the root and /dev are read-only) and restores their modes,
-    so nothing one program wrote is visible to the next; also removes SysV IPC objects it left."""
+    so nothing one program wrote is visible to the next; also removes SysV IPC objects it left. Leaves an
+    empty ``job/`` for the next program."""
     for path, mode in WRITABLE_DIRS:
         _wipe(path)
         try:
@@ -258,6 +317,7 @@ def _reset_writable():
         except OSError:
             pass
     _remove_sysv_ipc()
+    os.makedirs(JOB_DIR, exist_ok=True)
 
 
 def _remove_sysv_ipc():
@@ -276,12 +336,16 @@ def _remove_sysv_ipc():
 
 
 def zygote():
+    global _CHANNEL
     _make_undumpable()
-    channel = _redirect_output(os.devnull)  # no log in /workspace: the next program would read it
+    sys.dont_write_bytecode = True  # no __pycache__ in job/ (``-I`` ignores PYTHONDONTWRITEBYTECODE)
+    _CHANNEL = _redirect_output(os.devnull)  # no log in /workspace: the next program would read it
     _reset_writable()  # the worker's own source: no program needs it
     lines = _Lines(0)
+    spare = _prefork()
     while line := lines.next():
-        _run_job(channel, lines, loads(line))
+        spare = _run_job(_CHANNEL, lines, loads(line), spare)
+    _sweep(None)
 
 
 if __name__ == "__main__":

@@ -71,6 +71,7 @@ class VerilogEnv(Env):
     """
 
     max_turns = 1
+    concurrent_steps = True  # a step waits on its sandbox (compile, simulate); the judge is thread-safe
 
     def __init__(
         self,

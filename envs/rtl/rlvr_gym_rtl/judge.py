@@ -38,7 +38,16 @@ from typing import Any, ClassVar
 from rlvr_gym.failures import Failure, FailureKind
 from rlvr_gym.sandbox import Sandbox, SandboxLimits, SandboxResult, get_sandbox
 from rlvr_gym.verifier import RewardResult
-from rlvr_gym_rtl.equivalence import EQUIVALENCE_MODES, EquivalenceResult, apply_equivalence, check_equivalence
+from rlvr_gym_rtl.equivalence import (
+    EQUIVALENCE_COLLECT,
+    EQUIVALENCE_MODES,
+    EquivalenceResult,
+    apply_equivalence,
+    equivalence_files,
+    equivalence_limits,
+    equivalence_result,
+    equivalence_script,
+)
 from rlvr_gym_rtl.lint import (
     TOP_MODULE,
     HarnessNames,
@@ -50,7 +59,7 @@ from rlvr_gym_rtl.lint import (
     module_ports,
 )
 from rlvr_gym_rtl.problem import REF_MODULE, RtlProblem
-from rlvr_gym_rtl.runner import ScriptRunner
+from rlvr_gym_rtl.runner import ScriptRunner, StartedRun
 from rlvr_gym_rtl.verdict import JudgeOutcome, RewardConfig, SimSummary, feedback, parse_sim_output, verdict
 
 IVERILOG_FLAGS = ("-Wall", "-Winfloop", "-Wno-timescale", "-g2012")
@@ -187,10 +196,15 @@ class RtlJudge:
         )
         self.sandbox = _rtl_sandbox(sandbox) if isinstance(sandbox, str) else sandbox
         self.runner = ScriptRunner(self.sandbox, self.limits, _SCRIPTS, warm=warm_sandbox)
+        self.equivalence_runner = None if equivalence == "off" else ScriptRunner(
+            self.sandbox, equivalence_limits(equivalence_timeout_s, memory_limit_mb),
+            {"equivalence": equivalence_script(equivalence_timeout_s)}, warm=warm_sandbox)
 
     def close(self) -> None:
-        """Stops the sandbox kept warm for the next judgement (a later judgement starts another)."""
+        """Stops the sandboxes kept warm for the next judgement (a later judgement starts others)."""
         self.runner.close()
+        if self.equivalence_runner is not None:
+            self.equivalence_runner.close()
 
     def __deepcopy__(self, memo: dict[int, Any]) -> RtlJudge:
         return self  # stateless apart from the shared cache and the sandbox handle; forks share it
@@ -220,21 +234,36 @@ class RtlJudge:
             return Judgement(verdict(outcome, self.config), outcome, code, rejected)
         standalone = self.standalone_elaboration == "always" or has_dotted_names(code)
         sim_limit_s = self.sim_limit_s(facts)
-        outcome, run = self._simulate(problem, code, facts.expected_samples, standalone, sim_limit_s)
-        if self.config.require_synthesis and outcome.stage == "simulate":
-            outcome = dataclasses.replace(outcome, synthesizable=self._synthesizes(code))
-        failure: Failure | None = run.failure() if outcome.stage == "simulate" else None
-        if failure is None and outcome.timed_out:
-            failure = Failure(FailureKind.TIMEOUT, f"the simulation ran past its {sim_limit_s:.1f} s limit "
-                              f"({self.sim_time_factor:g}x the reference's run, at least "
-                              f"{self.min_sim_timeout_s:g} s): does the design hang (a combinational loop)?",
-                              {"sim_limit_s": sim_limit_s, "reference_s": facts.reference_s})
-        result, check = verdict(outcome, self.config), None
-        if self.equivalence != "off" and result.success:
-            check = check_equivalence(self.sandbox, problem.reference, code, max_steps=self.equivalence_steps,
-                                      timeout_s=self.equivalence_timeout_s, memory_limit_mb=self.limits.memory_limit_mb)
-            result = apply_equivalence(result, check, self.equivalence)
+        # The formal check runs beside the simulation when a core is idle (cancelled if the design fails
+        # it), else only after the design passed it.
+        concurrent = self.equivalence_runner is not None and _core_idle()
+        check_run = self._start_equivalence(problem, code) if concurrent else None
+        try:
+            outcome, run = self._simulate(problem, code, facts.expected_samples, standalone, sim_limit_s)
+            if self.config.require_synthesis and outcome.stage == "simulate":
+                outcome = dataclasses.replace(outcome, synthesizable=self._synthesizes(code))
+            failure: Failure | None = run.failure() if outcome.stage == "simulate" else None
+            if failure is None and outcome.timed_out:
+                failure = Failure(FailureKind.TIMEOUT, f"the simulation ran past its {sim_limit_s:.1f} s limit "
+                                  f"({self.sim_time_factor:g}x the reference's run, at least "
+                                  f"{self.min_sim_timeout_s:g} s): does the design hang (a combinational loop)?",
+                                  {"sim_limit_s": sim_limit_s, "reference_s": facts.reference_s})
+            result, check = verdict(outcome, self.config), None
+            if self.equivalence_runner is not None and result.success:
+                started, check_run = check_run or self._start_equivalence(problem, code), None
+                check = equivalence_result(self.equivalence_runner.finish(started, EQUIVALENCE_COLLECT),
+                                           self.equivalence_steps)
+                result = apply_equivalence(result, check, self.equivalence)
+        finally:
+            if check_run is not None:
+                self.equivalence_runner.cancel(check_run)  # type: ignore[union-attr]
         return Judgement(result, outcome, code, failure, check)
+
+    def _start_equivalence(self, problem: RtlProblem, code: str) -> StartedRun:
+        """Starts the formal check of ``code`` against the reference (the check must be on)."""
+        assert self.equivalence_runner is not None, "the equivalence check is off"
+        files = equivalence_files(problem.reference, code, self.equivalence_steps)
+        return self.equivalence_runner.start("equivalence", files)
 
     def sim_limit_s(self, facts: _ProblemFacts) -> float:
         """The candidate's simulation time limit on a problem, in seconds (see the class's arguments)."""
@@ -315,13 +344,17 @@ def _outcome(run: SandboxResult, nonce: str, expected: int | None) -> JudgeOutco
                         sim=parse_sim_output(run.stdout, nonce), expected_samples=expected)
 
 
-def _script_for_load() -> str:
-    """The parallel script when the 1-minute load average leaves a core idle, else the sequential one."""
+def _core_idle() -> bool:
+    """Whether the 1-minute load average leaves a core idle (False where it cannot be read)."""
     try:
-        idle = os.getloadavg()[0] < (os.cpu_count() or 1) - 1
+        return os.getloadavg()[0] < (os.cpu_count() or 1) - 1
     except OSError:  # getloadavg is unavailable on some platforms
-        idle = False
-    return "alone_parallel" if idle else "alone_sequential"
+        return False
+
+
+def _script_for_load() -> str:
+    """The parallel script when a core is idle, else the sequential one."""
+    return "alone_parallel" if _core_idle() else "alone_sequential"
 
 
 def _candidate_lines(log: str) -> str:
