@@ -197,3 +197,20 @@ def _crash_suites(tmp_path: Path) -> None:
     for split in ("train", "test"):
         tasks = [Task(id=f"crash-{split}-{i}", env_id="testing/Crash-v0") for i in range(4)]
         TaskSuite(split, tasks).save(tmp_path / f"crash-{split}.jsonl")
+
+
+def test_train_from_python_fails_on_a_bad_env_id_before_any_ray_actor_starts(tiny_model_dir: Path,
+                                                                        tmp_path: Path) -> None:
+    import ray
+    from rlvr_gym_agents.config import load_config
+    from rlvr_gym_agents.train import train
+
+    from rlvr_gym import UnknownEnvError
+
+    config = load_config(None, _overrides(tmp_path, tiny_model_dir, "env.env_id=testing/Ecko-v0", "env.num_workers=2",
+                                          "cluster.rollout_workers=1", "cluster.learners=2"))
+    was_running = ray.is_initialized()
+    with pytest.raises(UnknownEnvError, match="testing/Echo-v0"):
+        train(config)
+    assert ray.is_initialized() == was_running  # no env pool, rollout worker or learner rank was started
+    assert not (tmp_path / "run").exists()
