@@ -146,18 +146,17 @@ def _train(config: TrainConfig, env_factory: Callable[..., Env], step_executor: 
             logger.log({"phase": "sft", "step": 0, **state["sft"]})
         # The reference policy of the KL term (also on resume), and a model directory `rlvr-gym eval` loads.
         save_model_dir(run_dir / "sft_model", policy.model, policy.tokenizer)
-        sync_weights(rollout_policy, policy)
+        sync_weights(policy, rollout_policy)
         state["before"] = evaluate("before RL")
         logger.log({"phase": "eval", "step": 0, **_eval_scalars(state["before"])})
         state["metrics_lines"] = logger.num_lines()
         save_checkpoint(checkpoint_dir, policy.model, policy.tokenizer, optimizer, 0, policy.generator, state)
-    sync_weights(rollout_policy, policy)
     if config.cluster.rollout_workers:  # Ray actors sample (rlvr_gym_agents.cluster), loaded with this version
         sampler: Sampler = closing.enter_context(contextlib.closing(remote_sampler(
             config, config.model.path_or_id or str(run_dir / "tiny_init"), lambda s: draw_tasks(train_tasks, config, s))))
-        publish_weights(sampler, policy, start_step)
     else:
         sampler = build_sampler(config, rollout_policy, chat, env_factory, step_executor)
+    sync_weights(policy, rollout_policy, sampler, start_step)  # also on resume
     updater = closing.enter_context(contextlib.closing(build_updater(config, policy, optimizer, run_dir)))
     run = Run(config, policy, rollout_policy, sampler, optimizer, credit_config(config), updater, train_tasks)
     rl_began = time.monotonic()
@@ -211,9 +210,7 @@ def rl_step(run: Run, step: int) -> dict[str, Any]:
     rollout_s = time.monotonic() - began
     sleep_rollout_engine(run.rollout_policy, run.policy)
     update = run.updater.update(kept, advantages[keep]) if kept else {}  # in-process or a learner group
-    if kept:
-        sync_weights(run.rollout_policy, run.policy)
-    publish_weights(run.sampler, run.policy, step, changed=bool(kept))
+    sync_weights(run.policy, run.rollout_policy, run.sampler, step, changed=bool(kept))
     return {"phase": "rl", "step": step, "process_cpu_s": time.process_time(), **rollout_metrics(batch.trajectories),
             **batch.metrics, **update, "tokens_generated": batch.tokens_generated,
             "groups_kept": int(keep.sum()) // run.config.train.group_size, "rollout_s": rollout_s,
@@ -489,17 +486,21 @@ def sleep_rollout_engine(rollout_policy: Any, policy: Any) -> None:
         rollout_policy.sleep()
 
 
-def publish_weights(sampler: Sampler, policy: TransformersPolicy, version: int, changed: bool = True) -> None:
-    """Broadcasts the trained weights as policy ``version`` to rollout workers (``changed=False``: only the version
-    moves); no-op for the in-process samplers, which sample with the trained weights themselves."""
-    if isinstance(sampler, (RolloutWorkers, AsyncRollouts)):
-        sampler.sync_weights(merged_named_parameters(policy.model) if changed else None, version)
+def sync_weights(policy: TransformersPolicy, rollout_policy: Any, sampler: Sampler | None = None, version: int = 0,
+                 changed: bool = True) -> None:
+    """Pushes the trained weights (LoRA merged in, plain HF names) to whatever samples apart from ``policy``: a
+    separate rollout engine (vLLM), and rollout workers (:mod:`rlvr_gym_agents.cluster`) as policy ``version``.
 
-
-def sync_weights(rollout_policy: Any, policy: Any) -> None:
-    """Pushes the trained weights to a separate rollout engine (vLLM); no-op when they are the same object."""
-    if rollout_policy is not policy:
-        rollout_policy.sync_weights(merged_named_parameters(policy.model))  # LoRA merged in, plain HF names
+    ``changed=False`` (no update this step) only moves the workers' version. No-op for the in-process transformers
+    engine and samplers, which sample with the trained weights themselves. The weights are gathered once.
+    """
+    workers = sampler if isinstance(sampler, (RolloutWorkers, AsyncRollouts)) else None
+    to_engine = changed and rollout_policy is not policy
+    named = merged_named_parameters(policy.model) if changed and (to_engine or workers) else None
+    if to_engine:
+        rollout_policy.sync_weights(named)
+    if workers is not None:
+        workers.sync_weights(named, version)
 
 
 def _reference_model(model: torch.nn.Module, sft_dir: Path) -> torch.nn.Module:
