@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from rlvr_gym_tools.suites import generate_easy_tasks
 
 from rlvr_gym import load_suite
-from rlvr_gym_tools.suites import generate_easy_tasks
 
 
 def test_easy_tasks_continue_the_easy_suites_beyond_their_indices() -> None:
