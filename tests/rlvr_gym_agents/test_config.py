@@ -72,7 +72,8 @@ def test_missing_recipe() -> None:
         load_config("no/such/recipe.yaml")
 
 
-@pytest.mark.parametrize("name", ["quickstart.yaml", "qwen2.5-0.5b-textworld.yaml", "code-tiny.yaml"])
+@pytest.mark.parametrize("name", ["quickstart.yaml", "qwen2.5-0.5b-textworld.yaml", "code-tiny.yaml", "rtl-tiny.yaml",
+                                  "tools-tiny.yaml"])
 def test_shipped_recipes_load(name: str) -> None:
     load_config(RECIPES / name)
 

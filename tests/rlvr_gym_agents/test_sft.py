@@ -262,3 +262,42 @@ def test_time_fraction_only_when_the_time_cap_will_bind() -> None:
     assert time_fraction(16.0, 100, 2000, 420.0) == 0.0  # 0.16 s/step -> 320 s projected, under the cap
     assert time_fraction(250.0, 1000, 2000, 420.0) == pytest.approx(250.0 / 420.0)  # 500 s projected: time counts
     assert time_fraction(500.0, 1000, 2000, 420.0) == 1.0  # past the cap: clipped
+
+
+def test_sandboxed_demonstrations_run_on_threads_and_do_not_depend_on_the_thread_count() -> None:
+    """code/Synth-v0 declares concurrent steps: its demonstrations are judged on step threads, each with its own
+    mistake generator, so 1 and 4 threads give the same episodes in task order (mistakes and slips included)."""
+    from rlvr_gym_agents.config import load_config
+    from rlvr_gym_agents.warmstart.demonstrations import collect_demonstrations
+
+    overrides = ["env.env_id=code/Synth-v0", "sft.expert=oracle", "sft.mistake_rate=0.4", "sft.invalid_rate=0.2",
+                 "sft.invalid_actions=rlvr_gym_code:malformed_programs"]
+    runs = {}
+    for threads in (1, 4):
+        config = load_config(None, [*overrides, f"env.step_threads={threads}"])
+        assert config.env.step_thread_count() == threads
+        demos = collect_demonstrations(config.sft, config.env, None, 12, 5)
+        runs[threads] = [(d.observations, d.actions, d.trained, d.success) for d in demos]
+    assert runs[1] == runs[4]
+    assert len({obs[0] for obs, *_ in runs[1]}) == 12  # 12 different tasks, in task order on both
+    assert any(not all(trained) for _, _, trained, _ in runs[1])  # some mistakes were injected
+    assert any(len(actions) > 1 for _, actions, _, _ in runs[1])  # and judged: feedback, then the recovery
+
+
+def test_in_memory_envs_keep_one_mistake_generator_in_order() -> None:
+    """The text world does not step on threads: its demonstrations come from one generator seeded by the seed, as
+    before threading existed (the quickstart's warm start is unchanged)."""
+    import random
+
+    from rlvr_gym import Task
+    from rlvr_gym_agents.config import load_config
+    from rlvr_gym_agents.warmstart.demonstrations import collect_demonstrations, demonstrate, load_expert
+
+    config = load_config(None, ["env.env_id=textworld/ALFWorld-Starter-v0", "sft.expert=oracle",
+                                "sft.mistake_rate=0.3"])
+    assert config.env.step_thread_count() == 0
+    demos = collect_demonstrations(config.sft, config.env, None, 4, 3)
+    rng = random.Random(3)
+    expected = [demonstrate(Task(id=f"demo-{i}", env_id=config.env.env_id, options={"seed": 3_000_000 + i}),
+                            load_expert("oracle"), 0.3, rng) for i in range(4)]
+    assert [d.actions for d in demos] == [d.actions for d in expected]

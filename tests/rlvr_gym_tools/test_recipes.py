@@ -23,7 +23,7 @@ def _load(name: str) -> object:
     return config
 
 
-@pytest.mark.parametrize("name", ["tools-tree.yaml", "qwen2.5-0.5b-tools.yaml"])
+@pytest.mark.parametrize("name", ["tools-tree.yaml", "tools-tiny.yaml", "qwen2.5-0.5b-tools.yaml"])
 def test_recipe_loads_and_its_suites_exist(name: str) -> None:
     config: Any = _load(name)
     assert spec(config.env.env_id).family == "tools"
@@ -31,7 +31,7 @@ def test_recipe_loads_and_its_suites_exist(name: str) -> None:
         assert len(load_suite(suite)) >= 100
 
 
-@pytest.mark.parametrize("name", ["tools-tree.yaml", "qwen2.5-0.5b-tools.yaml"])
+@pytest.mark.parametrize("name", ["tools-tree.yaml", "tools-tiny.yaml", "qwen2.5-0.5b-tools.yaml"])
 def test_recipe_expert_demonstrations_succeed(name: str) -> None:
     config: Any = _load(name)
     expert = sft.load_expert(config.sft.expert)

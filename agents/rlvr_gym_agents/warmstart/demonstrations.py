@@ -19,9 +19,11 @@ import dataclasses
 import importlib
 import random
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import rlvr_gym
+import rlvr_gym.registry
 from rlvr_gym import Env, Task
 from rlvr_gym.episode import EnvEpisode
 from rlvr_gym_agents.policy.chat import ChatFormat
@@ -181,16 +183,30 @@ def demonstration_ids(demo: Demonstration, chat: ChatFormat) -> tuple[list[int],
 def collect_demonstrations(sft: SFTConfig, env: EnvConfig, tasks: list[Task] | None, num_episodes: int,
                            seed: int) -> list[Demonstration]:
     """``num_episodes`` expert episodes with injected mistakes (``sft``), cycling over ``tasks`` (or seeded tasks of
-    ``env.env_id``)."""
-    rng = random.Random(seed)
+    ``env.env_id``), in task order.
+
+    Envs that declare :attr:`rlvr_gym.Env.concurrent_steps` (their steps wait on a sandbox or a simulator) are
+    demonstrated on :meth:`EnvConfig.step_thread_count` threads, each demonstration drawing its mistakes from its
+    own generator seeded by (``seed``, its index): the same demonstrations for any thread count. Other envs run
+    one after another from one generator seeded by ``seed``.
+    """
     expert = load_expert(sft.expert)
     invalid = None if sft.invalid_actions is None else import_callable(sft.invalid_actions, "sft.invalid_actions")
     pool = tasks or [Task(id=f"demo-{i}", env_id=env.env_id, options={"seed": 3_000_000 + i})
                      for i in range(num_episodes)]
     order = [pool[i % len(pool)] for i in range(num_episodes)]
-    return [demonstrate(task, expert, sft.mistake_rate, rng, max_turns=env.max_turns,
-                        train_on_mistakes=sft.train_on_mistakes, invalid_rate=sft.invalid_rate,
-                        invalid_actions=invalid) for task in order]
+
+    def run(task: Task, rng: random.Random) -> Demonstration:
+        return demonstrate(task, expert, sft.mistake_rate, rng, max_turns=env.max_turns,
+                           train_on_mistakes=sft.train_on_mistakes, invalid_rate=sft.invalid_rate,
+                           invalid_actions=invalid)
+
+    threads = env.step_thread_count() if rlvr_gym.registry.spec(env.env_id).concurrent_steps else 0
+    if threads == 0:
+        rng = random.Random(seed)
+        return [run(task, rng) for task in order]
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="demonstrate") as executor:
+        return list(executor.map(run, order, [random.Random(seed * 1_000_003 + i) for i in range(len(order))]))
 
 
 def demonstration_tasks(sft: SFTConfig, env: EnvConfig, train_tasks: list[Task] | None) -> list[Task] | None:

@@ -87,6 +87,28 @@ def multihop_suite(
     return TaskSuite(name, tasks)
 
 
+def generate_easy_tasks(env_id: str, split: Split, num_tasks: int, seed_offset: int = 0) -> list[Task]:
+    """``num_tasks`` entity questions of 1-2 hops, as in ``tools/multihop_easy_*`` (task ``i`` has ``1 + i % 2``
+    hops), from task index ``seed_offset`` on: fresh tasks for the warm start (``sft.demo_tasks``) beyond the
+    suites' indices, so a tiny policy learns to read the tool responses instead of memorising 500 answers.
+    Without gold (the env's oracle demonstrates them).
+
+    Args:
+        env_id: ``tools/MultiHopQA-v0``.
+        split: ``train`` (seeds from 0) or ``test`` (seeds from 1,000,000).
+        num_tasks: how many, >= 0.
+        seed_offset: index of the first task.
+
+    Raises:
+        ValueError: on another env id, or seeds leaving the split's range (1,000,000 per split).
+    """
+    if env_id != MULTIHOP_ID:
+        raise ValueError(f"generate_easy_tasks makes tasks for {MULTIHOP_ID}, not {env_id!r}")
+    if num_tasks < 0 or seed_offset < 0 or seed_offset + num_tasks > TEST_SEED_OFFSET:
+        raise ValueError(f"need 0 <= seed_offset + num_tasks <= {TEST_SEED_OFFSET}, got {seed_offset}+{num_tasks}")
+    return [multihop_task(i, split, 1 + i % 2, "entity") for i in range(seed_offset, seed_offset + num_tasks)]
+
+
 def math_task(index: int, split: Split) -> Task:
     """One Math task without gold."""
     seed = index + (TEST_SEED_OFFSET if split == "test" else 0)
