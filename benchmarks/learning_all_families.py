@@ -346,7 +346,7 @@ def _cells(family: str, seed: str, row: dict[str, Any], bar: str, mark: str) -> 
     before, after = row["before"] or {}, row["after"] or {}
     cells = [family, seed, _fmt(row["k"], "d")]
     cells += [_fmt(phase.get(m), ".3f") for phase in (before, after) for m in ("sampled", "greedy", "pass@k")]
-    cells += [_fmt(row["gain_sampled"], "+.3f"), _fmt(row["gain_greedy"], "+.3f"), _fmt(row["rl_steps"], ".0f"),
+    cells += [_fmt(row["gain_sampled"], "+.3f"), _fmt(row["gain_greedy"], "+.3f"), _fmt(row["rl_steps"], ".4g"),
               _fmt(row["sft_s"], ".0f"), _fmt(row["rl_s"], ".0f"), _fmt(row["wall_s"], ".0f") + mark, bar]
     return "| " + " | ".join(cells) + " |"
 
