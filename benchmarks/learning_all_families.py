@@ -28,7 +28,9 @@ A run that fails (exit status not 0, or no ``summary.json``) is a row with its e
 its log, and the benchmark goes on. Without ``--resume`` a run directory left by an earlier call is deleted first,
 so every wall time is a whole run's; with ``--resume`` a run whose directory holds ``summary.json`` is read, not
 rerun, and an unfinished one is rerun with the same command, which resumes from its checkpoint (its wall time is
-then the sum of the recorded attempts, marked ``*`` in the table). Numbers only; the measured tables are in
+then the sum of the recorded attempts, marked ``*`` in the table); a run directory whose ``config.json`` is not
+what the command would run now (an edited recipe, other overrides) stops the benchmark with the setting that
+differs. Numbers only; the measured tables are in
 ``benchmarks/results/learning_all_families/table.md``.
 """
 
@@ -47,6 +49,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
+from rlvr_gym_agents.config import ConfigError, load_config, to_dict
 from rlvr_gym_agents.run_io import read_metrics
 
 REPO = Path(__file__).resolve().parents[1]
@@ -156,6 +159,8 @@ def execute(spec: RunSpec, resume: bool, timeout_s: float) -> None:
     """Runs ``spec`` (unless ``resume`` and it is finished) and writes ``benchmark_run.json`` into its run dir:
     ``{"command", "exit_code", "wall_s", "attempts": [{"exit_code", "wall_s", "resumed"}]}``."""
     record_file = spec.run_dir / "benchmark_run.json"
+    if resume and (spec.run_dir / "config.json").is_file():
+        check_same_settings(spec)
     if resume and is_finished(spec.run_dir):
         return
     attempts: list[dict[str, Any]] = []
@@ -172,6 +177,36 @@ def execute(spec: RunSpec, resume: bool, timeout_s: float) -> None:
     record = {"command": spec.argv, "exit_code": exit_code, "wall_s": sum(a["wall_s"] for a in attempts),
               "attempts": attempts}
     record_file.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+
+
+def check_same_settings(spec: RunSpec) -> None:
+    """Stops ``--resume`` from reading or continuing a run made with other settings than ``spec``'s command (an
+    edited recipe, other overrides): the run directory's ``config.json`` must be the config the command loads.
+
+    Raises:
+        SystemExit: naming the run directory and the first setting that differs.
+    """
+    try:
+        expected = json.loads(json.dumps(to_dict(load_config(spec.recipe, spec.argv[spec.argv.index("train") + 2:]))))
+    except (ConfigError, FileNotFoundError, ValueError):
+        return  # the command fails by itself and its log says why
+    saved = json.loads((spec.run_dir / "config.json").read_text(encoding="utf-8"))
+    difference = _first_difference(saved, expected)
+    if difference is not None:
+        key, was, now = difference
+        raise SystemExit(f"{spec.run_dir} holds a run with other settings than `{shlex.join(spec.argv)}` ({key}: "
+                         f"{was!r} there, {now!r} now); delete it, or run without --resume to start it over")
+
+
+def _first_difference(a: Any, b: Any, prefix: str = "") -> tuple[str, Any, Any] | None:
+    """The first dotted key whose values differ between two nested dicts, with both values; None when equal."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b)):
+            found = _first_difference(a.get(key), b.get(key), f"{prefix}{key}.")
+            if found is not None:
+                return found
+        return None
+    return None if a == b else (prefix.rstrip("."), a, b)
 
 
 def _run_logged(argv: list[str], log_file: Path, timeout_s: float) -> tuple[int, float]:

@@ -232,3 +232,19 @@ def test_execute_kills_a_run_past_its_timeout(bench: ModuleType, tmp_path: Path)
     record = json.loads((run_dir / "benchmark_run.json").read_text())
     assert record["exit_code"] == bench.TIMEOUT_EXIT and 1.0 <= record["wall_s"] < 30
     assert "killed after --timeout-s 1 s" in bench.log_tail(run_dir / "benchmark.log")
+
+
+def test_resume_refuses_a_run_made_with_other_settings(bench: ModuleType, tmp_path: Path) -> None:
+    args = bench.parse_args(["--families", "textworld", "--seeds", "2", "--out", str(tmp_path),
+                             "--override", "train.num_steps=7"])
+    (spec,) = bench.run_specs(args)
+    spec.run_dir.mkdir(parents=True)
+    saved = bench.load_config(spec.recipe, ["train.num_steps=7", "seed=2", f"output.dir={spec.run_dir}"])
+    (spec.run_dir / "config.json").write_text(json.dumps(bench.to_dict(saved)))
+    (spec.run_dir / "summary.json").write_text("{}")
+    bench.execute(spec, resume=True, timeout_s=60)  # the same settings: read, not rerun
+    assert not (spec.run_dir / "benchmark_run.json").exists()
+    (other,) = bench.run_specs(bench.parse_args(["--families", "textworld", "--seeds", "2", "--out", str(tmp_path)]))
+    now = bench.load_config(spec.recipe, []).train.num_steps  # the recipe's, whatever it is tuned to
+    with pytest.raises(SystemExit, match=rf"other settings .*\(train.num_steps: 7 there, {now} now\); delete it"):
+        bench.execute(other, resume=True, timeout_s=60)
