@@ -83,6 +83,8 @@ class RunSpec(NamedTuple):
     recipe: Path
     run_dir: Path
     argv: list[str]
+    overrides: tuple[str, ...] = ()
+    """The recipe overrides of ``argv`` (``--override`` ones, then ``seed`` and ``output.dir``)."""
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -144,9 +146,9 @@ def run_specs(args: argparse.Namespace) -> list[RunSpec]:
         for seed in args.seeds:
             run_dir = args.out / "runs" / f"{family}-seed{seed}"
             recipe = args.recipes[family]
-            argv = [sys.executable, "-m", "rlvr_gym.cli", "train", str(recipe), *args.override, f"seed={seed}",
-                    f"output.dir={run_dir}"]
-            specs.append(RunSpec(family, seed, recipe, run_dir, argv))
+            overrides = (*args.override, f"seed={seed}", f"output.dir={run_dir}")
+            argv = [sys.executable, "-m", "rlvr_gym.cli", "train", str(recipe), *overrides]
+            specs.append(RunSpec(family, seed, recipe, run_dir, argv, overrides))
     return specs
 
 
@@ -187,7 +189,7 @@ def check_same_settings(spec: RunSpec) -> None:
         SystemExit: naming the run directory and the first setting that differs.
     """
     try:
-        expected = json.loads(json.dumps(to_dict(load_config(spec.recipe, spec.argv[spec.argv.index("train") + 2:]))))
+        expected = json.loads(json.dumps(to_dict(load_config(spec.recipe, list(spec.overrides)))))
     except (ConfigError, FileNotFoundError, ValueError):
         return  # the command fails by itself and its log says why
     saved = json.loads((spec.run_dir / "config.json").read_text(encoding="utf-8"))
@@ -211,8 +213,8 @@ def _first_difference(a: Any, b: Any, prefix: str = "") -> tuple[str, Any, Any] 
 
 def _run_logged(argv: list[str], log_file: Path, timeout_s: float) -> tuple[int, float]:
     """``(exit status, wall seconds)`` of ``argv`` with stdout and stderr in ``log_file``. The run gets its own
-    process group, killed whole on timeout (status :data:`TIMEOUT_EXIT`) or Ctrl-C, so no env process
-    (sandbox, simulator, browser, Ray worker) outlives it."""
+    process group, killed whole on timeout (status :data:`TIMEOUT_EXIT`) or Ctrl-C, with every process it started
+    that did not leave the group (a daemon that starts a session of its own would outlive it)."""
     began = time.monotonic()
     with log_file.open("wb") as log:
         process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
