@@ -59,12 +59,22 @@ class MetricsLogger:
 
     def read(self) -> list[dict[str, Any]]:
         """All records so far."""
-        if not self.path.is_file():
-            return []
-        return [json.loads(line) for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        return read_metrics(self.path.parent)
 
     def close(self) -> None:
         self.tracker.close()
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    """The records of a run's ``metrics.jsonl`` (:class:`MetricsLogger`), in the order written; [] when it has none.
+
+    Each record holds ``phase`` (``sft``, ``eval`` or ``rl``) and ``step`` (0 for the warm start and the evaluation
+    before RL; the evaluation after RL carries the last RL step).
+    """
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def rng_state(generator: torch.Generator) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from rlvr_gym_agents.config import ConfigError, load_config
-from rlvr_gym_agents.run_io import MetricsLogger
+from rlvr_gym_agents.run_io import MetricsLogger, read_metrics
 
 
 def test_metrics_reach_tensorboard_as_phase_slash_key(tmp_path: Path) -> None:
@@ -28,3 +28,13 @@ def test_metrics_reach_tensorboard_as_phase_slash_key(tmp_path: Path) -> None:
 def test_an_unknown_tracker_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="unknown output.trackers"):
         load_config(None, ["output.trackers=[wandbb]"])
+
+
+def test_read_metrics_gives_back_what_the_logger_wrote(tmp_path: Path) -> None:
+    assert read_metrics(tmp_path) == []  # no log yet
+    logger = MetricsLogger(tmp_path, [])
+    records = [{"phase": "sft", "step": 0, "elapsed_s": 1.5}, {"phase": "rl", "step": 1, "success_rate": 0.25}]
+    for record in records:
+        logger.log(record)
+    logger.truncate(1)  # as a resumed run cuts its log back to its checkpoint
+    assert read_metrics(tmp_path) == records[:1] == logger.read()
