@@ -44,9 +44,10 @@ continue a global sample vs branched leaves (``tree/leaf_success/*``), with the 
 
 **Entropy per loss** (``--entropy-losses``): one flat GRPO run per loss (``algorithm.loss.name``; the recipe's own
 loss reuses the ``flat-grpo`` run), same warm start and budget; ``rollout_entropy`` (mean nats per generated token
-of the step's rollouts) per RL step into ``entropy_per_loss.png`` / ``.json``. With one epoch and one mini-batch
-(the quickstart) every token's ratio is 1 in the update, so ppo_clip, aepo and kl_cov coincide and clip_cov only
-detaches ``clip_cov_ratio`` of the tokens (at least one); the script says so.
+of the step's rollouts) per RL step into ``entropy_per_loss.png`` / ``.json``. With one epoch of one mini-batch
+(the quickstart) every token's ratio is ~1 in the update, so ppo_clip and aepo take the same step, and clip_cov /
+kl_cov differ from it only on their ``clip_cov_ratio`` / ``kl_cov_ratio`` share of the tokens (at least one per
+update: 2e-4 of a few thousand tokens); the script says so.
 
 Writes ``OUT/tree_vs_flat_learning.png`` (sampled pass@1 against generated tokens, mean line and min-max band per
 arm; greedy on the right) and ``OUT/tree_vs_flat_learning.json`` (every evaluation point of every arm and seed, the
@@ -516,9 +517,10 @@ def compare_losses(args: argparse.Namespace) -> dict[str, Any]:
         print(f"{loss:<10}{_fmt(values['mean'][0] if values['mean'] else None, '.3f'):>11}"
               f"{_fmt(values['mean'][-1] if values['mean'] else None, '.3f'):>11}{len(values['steps']):>7}{finals:>32}")
     if config.algorithm.epochs * config.algorithm.num_minibatches == 1:
-        print("note: one epoch of one mini-batch: every ratio is 1 in the update, so ppo_clip, aepo and kl_cov take "
-              "the same step and clip_cov only detaches a few tokens; set algorithm.epochs / num_minibatches to tell "
-              "them apart")
+        loss = config.algorithm.loss
+        print(f"note: one epoch of one mini-batch: every ratio is ~1 in the update, so ppo_clip and aepo take the same "
+              f"step; clip_cov / kl_cov differ from it on {loss.clip_cov_ratio:g} / {loss.kl_cov_ratio:g} of the tokens "
+              "(at least one per update); algorithm.epochs / num_minibatches > 1 or the ratios tell them apart")
     plot_entropy(bands, args.out / "entropy_per_loss.png", f"{args.family}: seeds {args.seeds}, mean and min-max")
     result = {"args": _jsonable(args), "runs": {loss: {s: str(d) for s, d in r.items()} for loss, r in by_loss.items()},
               "entropy": bands}
