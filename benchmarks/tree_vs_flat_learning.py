@@ -31,8 +31,8 @@ first ``--eval-tasks`` held-out tasks with the same sampling seed (``eval.seed=-
 **Tokens to reach flat GRPO's final success** (:func:`tokens_to_reach`). The target is flat GRPO's success at the
 budget; an arm reaches it at the first evaluation after step 0 at or above it. When the evaluation before was below
 the target, the tokens are interpolated linearly between the two evaluations (the crossing); when it was not (only
-possible when the warm start already scores the target: flat GRPO gained nothing, marked ``*``), the evaluation's
-own tokens count. Never reached: "not reached". Ratio = tokens to reach / the budget. Per seed, on each run's own
+possible when the warm start already scores the target: flat GRPO gained nothing, noted below the table), the
+evaluation's own tokens count. Never reached: "not reached". Ratio = tokens to reach / the budget. Per seed, on each run's own
 evaluations, against that seed's flat GRPO final; for the mean, on the mean curves: each seed's curve interpolated
 linearly onto the grid 0, E, 2E, ..., budget (E = ``--eval-every-tokens``), averaged over seeds (min-max band).
 
@@ -377,8 +377,9 @@ def print_comparison(rows: list[dict[str, Any]]) -> None:
         ratios = " ".join("n/r" if v is None else f"{v:.2f}" for v in r["ratio_per_seed"].values())
         print(f"{r['arm']:<14}{r['metric']:<9}{_fmt(r['final'], '.3f'):>13}{seeds:>22}{reach:>27}"
               f"{_fmt(r['ratio'], '.2f'):>8}{ratios:>22}")
-    if any((r["reference_gain"] or 0.0) <= 0 for r in rows):
-        print("* flat GRPO's final success is no better than the shared warm start's: reaching it says nothing")
+    for metric in dict.fromkeys(r["metric"] for r in rows if (r["reference_gain"] or 0.0) <= 0):
+        print(f"note ({metric}): flat GRPO's final success is no better than the shared warm start's, so reaching it "
+              "says nothing about learning")
 
 
 def print_analysis(analysis: dict[str, dict[str, Any]], walls: dict[str, list[float]]) -> None:
