@@ -1,126 +1,169 @@
-"""Held-out success against generated tokens: tree rollouts with turn-level credit vs flat GRPO.
+"""Held-out success against generated tokens: flat GRPO, flat GiGPO and tree rollouts with turn-level credit, each
+trained from one warm start until it has generated the same number of tokens; and rollout entropy per loss.
 
 Usage::
 
-    .venv/bin/python benchmarks/tree_vs_flat_learning.py --warm-start runs/quickstart-seed0/sft_model
-        [--seeds 0 1 2] [--steps 30] [--eval-every 5] [--credit treerl] [--flat-credit soft]
-        [--out runs/bench-tree-vs-flat]
-        [--tasks-per-step 8] [--group-size 8] [--eval-tasks 100] [--threads 2] [--set key=value ...]
-        [--tree-set key=value ...]
+    .venv/bin/python benchmarks/tree_vs_flat_learning.py [--family textworld|tools|code|rtl] [--seeds 0,1,2]
+        [--token-budget 150000] [--eval-every-tokens 25000] [--tree-credits gigpo,treerl,soft]
+        [--flat-credits soft,gigpo] [--eval-tasks N] [--eval-seed 1234] [--tasks-per-step N] [--group-size N]
+        [--max-steps 2000] [--threads 2] [--set key=value ...] [--tree-set key=value ...] [--out DIR]
+    .venv/bin/python benchmarks/tree_vs_flat_learning.py --entropy-losses ppo_clip,aepo,clip_cov,kl_cov [same flags]
 
-For each seed, :func:`rlvr_gym_agents.train.train` runs twice from the same warm-started policy directory
-(``--warm-start``; without it, the quickstart recipe's SFT is run once per seed with ``train.num_steps=0``
-into ``OUT/warm-seed<seed>`` and its ``sft_model`` is used):
+**Arms.** ``--family`` picks the recipe read at run time (never copied): ``textworld`` the quickstart
+(``agents/recipes/quickstart.yaml``) with, for tree arms, the ``rollout.tree`` section of ``textworld-tree.yaml``;
+``tools`` / ``code`` / ``rtl`` ``tools-tree.yaml`` / ``code-tiny.yaml`` / ``rtl-tree.yaml`` with their own tree
+section. Each flat credit of ``--flat-credits`` is an arm ``rollout.sampler=flat algorithm.credit=C`` (``soft`` is
+flat GRPO, named ``flat-grpo``: the reference, always required; ``gigpo``: ``flat-gigpo``), each credit of
+``--tree-credits`` an arm ``rollout.sampler=tree algorithm.credit=C`` (``tree-C``) with ``--tree-set`` on top.
+Every arm has the recipe's tasks per step and ``group_size`` episodes (= leaves per tree) per task, the recipe's
+invalid-action penalty turned off (plain GRPO on the env's reward; ``--set algorithm.invalid_action_penalty=0.1``
+gives it back to every arm) and ``--set`` on top.
 
-- flat GRPO (the baseline): ``agents/recipes/quickstart.yaml`` (textworld/ALFWorld-Starter-v0, starter
-  suites), ``group_size`` independent episodes per task, with ``algorithm.credit=--flat-credit`` (``soft``,
-  one GRPO advantage per episode, unless told otherwise) and without the recipe's invalid-action penalty;
-- tree: the same settings with ``rollout.sampler=tree``, the ``rollout.tree`` section of
-  ``agents/recipes/textworld-tree.yaml``, ``algorithm.credit=--credit`` (TreeRL or GiGPO turn-level credit)
-  and the ``--tree-set`` overrides (e.g. ``rollout.tree.global_samples=2``), which leave the flat runs as
-  they are: copy the ``flat-seed*`` directories of an earlier ``--out`` into a new one to compare another
-  tree setting against the same baseline without retraining it.
+**Equal tokens.** For each seed the flat recipe's SFT runs once (``train.num_steps=0``) into ``OUT/warm-seed<s>``
+and every arm loads its ``sft_model``. Each arm is one in-process :func:`rlvr_gym_agents.train.train` with
+``train.max_generated_tokens=--token-budget`` (RL stops after the first step at which the steps'
+``tokens_generated`` summed reach the budget: ids the policy generated, a tree's shared prefixes counted once) and
+``eval.every_generated_tokens=--eval-every-tokens`` (held-out evaluation after the first step at or past each
+multiple), so an arm's last evaluation is the first at or over the budget. Every evaluation of every arm runs the
+first ``--eval-tasks`` held-out tasks with the same sampling seed (``eval.seed=--eval-seed``): sampled pass@1 over
+``eval.k`` samples, and greedy pass@1. ``--max-steps`` only guards against an arm that generates nothing.
 
-Equal budget: both runs have the same seed, steps, tasks per step and leaf trajectories per task
-(``group_size`` = leaves per tree), so the tree's prefix sharing shows as fewer generated tokens (the x-axis,
-``tokens_generated`` of each RL step record, summed). Both evaluate the first ``--eval-tasks`` held-out tasks
-every ``--eval-every`` steps (sampled pass@1 over ``eval.k`` samples, and greedy pass@1).
+**Tokens to reach flat GRPO's final success** (:func:`tokens_to_reach`). The target is flat GRPO's success at the
+budget; an arm reaches it at the first evaluation after step 0 at or above it. When the evaluation before was below
+the target, the tokens are interpolated linearly between the two evaluations (the crossing); when it was not (only
+possible when the warm start already scores the target: flat GRPO gained nothing, noted below the table), the
+evaluation's own tokens count. Never reached: "not reached". Ratio = tokens to reach / the budget. Per seed, on each run's own
+evaluations, against that seed's flat GRPO final; for the mean, on the mean curves: each seed's curve interpolated
+linearly onto the grid 0, E, 2E, ..., budget (E = ``--eval-every-tokens``), averaged over seeds (min-max band).
 
-Prints per seed and for the mean curve over seeds: flat's final success and total generated tokens, the first
-evaluation after step 0 where the tree reaches flat's final success, the tokens it had generated by then and the
-ratio ``tree tokens to reach / flat total tokens`` (issue 3's target: <= 0.5; "not reached" when it never
-does). Writes ``OUT/tree_vs_flat_learning.png`` (thin lines per seed, thick means) and
-``OUT/tree_vs_flat_learning.json`` (every point). A run directory that already holds ``summary.json`` is
-reused, not retrained; an interrupted one resumes from its checkpoint; one holding other settings is an error.
-So seeds can run as separate processes into the same ``--out`` (``--threads 1`` each: ``--seeds 0`` and
-``--seeds 1`` side by side; one run with both cores is faster on an idle 2-core machine), and a last call with
-every seed only reads the runs and prints the table. Numbers only.
+**Analysis per arm** (means over the RL steps of every seed): mixed-outcome groups kept per 1,000 generated tokens
+(``groups_kept`` over ``tokens_generated``: the groups an update learns from), training success, rollout entropy;
+for tree arms the siblings' advantage variance per branch point and the share of branch points whose siblings got
+different advantages (``tree/sibling_adv_var``, ``tree/branch_points_informative``), and the success of leaves that
+continue a global sample vs branched leaves (``tree/leaf_success/*``), with the mean branch depth.
+
+**Entropy per loss** (``--entropy-losses``): one flat GRPO run per loss (``algorithm.loss.name``; the recipe's own
+loss reuses the ``flat-grpo`` run), same warm start and budget; ``rollout_entropy`` (mean nats per generated token
+of the step's rollouts) per RL step into ``entropy_per_loss.png`` / ``.json``. With one epoch of one mini-batch
+(the quickstart) every token's ratio is ~1 in the update, so ppo_clip and aepo take the same step, and clip_cov /
+kl_cov differ from it only on their ``clip_cov_ratio`` / ``kl_cov_ratio`` share of the tokens (at least one per
+update: 2e-4 of a few thousand tokens); the script says so.
+
+Writes ``OUT/tree_vs_flat_learning.png`` (sampled pass@1 against generated tokens, mean line and min-max band per
+arm; greedy on the right) and ``OUT/tree_vs_flat_learning.json`` (every evaluation point of every arm and seed, the
+grid curves, the rows and the analysis). A run directory holding ``summary.json`` is reused, not retrained (one with
+other settings is an error); an interrupted one resumes from its checkpoint; so seeds can run as separate processes
+into the same ``--out`` and a last call with every seed only reads them. Numbers only.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import yaml
 from rlvr_gym_agents.config import TrainConfig, load_config, to_dict
 from rlvr_gym_agents.credit import CREDIT
 from rlvr_gym_agents.train import train
+from rlvr_gym_agents.update.losses import LOSSES
 
 RECIPES = Path(__file__).resolve().parents[1] / "agents" / "recipes"
-FLAT_RECIPE = RECIPES / "quickstart.yaml"
-TREE_RECIPE = RECIPES / "textworld-tree.yaml"
-VARIANTS = ("flat", "tree")
+FAMILIES = {"textworld": ("quickstart.yaml", "textworld-tree.yaml"), "tools": ("tools-tree.yaml", None),
+            "code": ("code-tiny.yaml", None), "rtl": ("rtl-tree.yaml", None)}
+"""family -> (recipe of every arm, recipe whose ``rollout.tree`` section the tree arms take; None: the recipe's)."""
 METRICS = {"sampled": "pass@1_sampled", "greedy": "pass@1_greedy"}
+REFERENCE = "flat-grpo"
+TREE_KEYS = ("tree/sibling_adv_var", "tree/branch_points_informative", "tree/leaf_success/global",
+             "tree/leaf_success/branched", "tree/branch_depth_mean")
+
+
+class Arm(NamedTuple):
+    """One way of training: its name (run directories are ``<name>-seed<s>``) and its recipe overrides."""
+
+    name: str
+    overrides: tuple[str, ...]
+
+
+def _names(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--warm-start", type=Path, default=None,
-                        help="warm-started model directory with its tokenizer (default: quickstart SFT per seed)")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--steps", type=int, default=30, help="RL steps per run")
-    parser.add_argument("--eval-every", type=int, default=5, help="held-out evaluation every N RL steps")
-    parser.add_argument("--credit", choices=sorted(CREDIT), default="treerl",
-                        help="tree credit assignment (treerl, gigpo, ...; soft = GRPO over each tree's leaves)")
-    parser.add_argument("--flat-credit", choices=sorted(n for n, m in CREDIT.items() if not m.needs_tree), default="soft",
-                        help="flat baseline's credit: soft = flat GRPO (default), gigpo = GiGPO over flat groups")
-    parser.add_argument("--tasks-per-step", type=int, default=None, help="default: the quickstart's (8)")
-    parser.add_argument("--group-size", type=int, default=None, help="episodes (leaves) per task; default 8")
-    parser.add_argument("--eval-tasks", type=int, default=None,
-                        help="held-out tasks evaluated; default the quickstart's eval.num_tasks (200)")
+    parser.add_argument("--family", choices=sorted(FAMILIES), default="textworld")
+    parser.add_argument("--seeds", type=lambda s: [int(x) for x in _names(s)], default=[0, 1, 2], help="e.g. 0,1,2")
+    parser.add_argument("--token-budget", type=int, default=150_000, help="generated tokens per arm")
+    parser.add_argument("--eval-every-tokens", type=int, default=25_000, help="held-out evaluation every N tokens")
+    parser.add_argument("--flat-credits", type=_names, default=["soft", "gigpo"],
+                        help="flat arms' credits (soft = flat GRPO, the reference; gigpo = flat GiGPO)")
+    parser.add_argument("--tree-credits", type=_names, default=["gigpo", "treerl", "soft"], help="tree arms' credits")
+    parser.add_argument("--entropy-losses", type=_names, default=None,
+                        help="instead of the arms: one flat GRPO run per loss, e.g. ppo_clip,aepo,clip_cov,kl_cov")
+    parser.add_argument("--tasks-per-step", type=int, default=None, help="default: the recipe's")
+    parser.add_argument("--group-size", type=int, default=None, help="episodes (leaves) per task; default the recipe's")
+    parser.add_argument("--eval-tasks", type=int, default=None, help="held-out tasks; default the recipe's")
+    parser.add_argument("--eval-seed", type=int, default=1234, help="sampling seed of every evaluation (eval.seed)")
+    parser.add_argument("--max-steps", type=int, default=2000, help="RL steps at most per arm (a guard)")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads per run (model.num_threads)")
     parser.add_argument("--set", dest="overrides", nargs="*", default=[], metavar="KEY=VALUE",
-                        help="extra recipe overrides for both variants (and the warm start), e.g. eval.k=2")
+                        help="recipe overrides for every run (warm start included), e.g. eval.k=2")
     parser.add_argument("--tree-set", dest="tree_overrides", nargs="*", default=[], metavar="KEY=VALUE",
-                        help="recipe overrides for the tree variant only, e.g. rollout.tree.global_samples=2")
+                        help="overrides for the tree arms only, e.g. rollout.tree.global_samples=2")
     parser.add_argument("--progress", action="store_true", help="show the trainer's progress bars")
-    parser.add_argument("--out", type=Path, default=Path("runs/bench-tree-vs-flat"))
+    parser.add_argument("--out", type=Path, default=None, help="default runs/bench-tree-vs-flat-<family>")
     args = parser.parse_args(argv)
-    if args.steps < 1 or args.eval_every < 1:
-        parser.error(f"--steps and --eval-every must be >= 1, got {args.steps} and {args.eval_every}")
-    if args.warm_start is not None and not (args.warm_start / "config.json").is_file():
-        parser.error(f"--warm-start {args.warm_start} is not a model directory (no config.json); pass e.g. "
-                     "runs/quickstart-seed0/sft_model, or leave it out to warm-start with the quickstart's SFT")
-    if args.warm_start is not None and not (args.warm_start / "tokenizer_config.json").is_file():
-        parser.error(f"--warm-start {args.warm_start} has no tokenizer (sft_model/ of runs older than the trainer "
-                     "that saves it there); the run's checkpoint/ has one, or copy its tokenizer files in")
+    _check_args(parser, args)
+    args.out = args.out or Path(f"runs/bench-tree-vs-flat-{args.family}")
     return args
 
 
-def common_overrides(args: argparse.Namespace, seed: int) -> list[str]:
-    """Overrides shared by the warm start and both variants. The quickstart's invalid-action penalty is off,
-    so the baseline is plain flat GRPO on the env's reward; ``--set algorithm.invalid_action_penalty=0.1``
-    gives it to both variants."""
-    overrides = ["algorithm.invalid_action_penalty=0", f"seed={seed}", f"model.num_threads={args.threads}",
-                 f"output.progress={str(args.progress).lower()}",
-                 "output.tensorboard=false"]
-    if args.tasks_per_step is not None:
-        overrides.append(f"train.tasks_per_step={args.tasks_per_step}")
-    if args.group_size is not None:
-        overrides.append(f"train.group_size={args.group_size}")
-    if args.eval_tasks is not None:
-        overrides.append(f"eval.num_tasks={args.eval_tasks}")
-    return overrides + list(args.overrides)
+def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if min(args.token_budget, args.eval_every_tokens, args.max_steps) < 1 or not args.seeds:
+        parser.error("--token-budget, --eval-every-tokens and --max-steps must be >= 1 and --seeds non-empty")
+    flat_ok = sorted(n for n, m in CREDIT.items() if not m.needs_tree)
+    if "soft" not in args.flat_credits or not set(args.flat_credits) <= set(flat_ok):
+        parser.error(f"--flat-credits must include soft (flat GRPO, the reference) and be among {flat_ok}; "
+                     f"got {args.flat_credits}")
+    if not set(args.tree_credits) <= set(CREDIT):
+        parser.error(f"--tree-credits must be among {sorted(CREDIT)}; got {args.tree_credits}")
+    if args.entropy_losses is not None and (not args.entropy_losses or not set(args.entropy_losses) <= set(LOSSES)):
+        parser.error(f"--entropy-losses must be among {sorted(LOSSES)}; got {args.entropy_losses}")
 
 
-def variant_overrides(args: argparse.Namespace, variant: str) -> list[str]:
-    """What sets a variant apart: the tree sampler, ``--credit`` and ``--tree-set``, or flat with
-    ``--flat-credit``."""
-    if variant == "tree":
-        return [*tree_overrides(args.credit), *args.tree_overrides]
-    return [f"algorithm.credit={args.flat_credit}"]
+def recipe(args: argparse.Namespace) -> Path:
+    return RECIPES / FAMILIES[args.family][0]
 
 
-def tree_overrides(credit: str) -> list[str]:
-    """``rollout.sampler=tree``, every ``rollout.tree`` key of the tree recipe, and the credit mode."""
-    section = yaml.safe_load(TREE_RECIPE.read_text(encoding="utf-8"))["rollout"]["tree"]
-    return ["rollout.sampler=tree", *_flatten(section, "rollout.tree."), f"algorithm.credit={credit}"]
+def arms(args: argparse.Namespace) -> list[Arm]:
+    """The flat arms, then the tree arms, in command-line order."""
+    flat = [Arm("flat-grpo" if c == "soft" else f"flat-{c}", ("rollout.sampler=flat", f"algorithm.credit={c}"))
+            for c in args.flat_credits]
+    tree = [Arm(f"tree-{c}", (*tree_overrides(args.family), f"algorithm.credit={c}", *args.tree_overrides))
+            for c in args.tree_credits]
+    return flat + tree
+
+
+def entropy_arms(args: argparse.Namespace) -> list[Arm]:
+    """One flat GRPO arm per loss; the recipe's own loss is the ``flat-grpo`` arm itself."""
+    reference = arms(args)[0]
+    own = load_config(recipe(args), list(args.overrides)).algorithm.loss.name
+    return [reference if loss == own else Arm(f"loss-{loss}", (*reference.overrides, f"algorithm.loss.name={loss}"))
+            for loss in args.entropy_losses]
+
+
+def tree_overrides(family: str) -> list[str]:
+    """``rollout.sampler=tree`` and, where the family's tree settings live in another recipe, its ``rollout.tree``."""
+    source = FAMILIES[family][1]
+    if source is None:
+        return ["rollout.sampler=tree"]
+    section = yaml.safe_load((RECIPES / source).read_text(encoding="utf-8"))["rollout"]["tree"]
+    return ["rollout.sampler=tree", *_flatten(section, "rollout.tree.")]
 
 
 def _flatten(section: dict[str, Any], prefix: str) -> list[str]:
@@ -133,51 +176,70 @@ def _flatten(section: dict[str, Any], prefix: str) -> list[str]:
     return out
 
 
+def common_overrides(args: argparse.Namespace, seed: int) -> list[str]:
+    """Overrides of every run of a seed, the warm start included."""
+    overrides = ["algorithm.invalid_action_penalty=0", f"seed={seed}", f"model.num_threads={args.threads}",
+                 f"output.progress={str(args.progress).lower()}", "output.tensorboard=false",
+                 f"eval.seed={args.eval_seed}"]
+    for key, value in (("train.tasks_per_step", args.tasks_per_step), ("train.group_size", args.group_size),
+                       ("eval.num_tasks", args.eval_tasks)):
+        if value is not None:
+            overrides.append(f"{key}={value}")
+    return overrides + list(args.overrides)
+
+
 def warm_start_dir(args: argparse.Namespace, seed: int) -> Path:
-    """``--warm-start``, or the ``sft_model`` of the quickstart's SFT (no RL steps) for this seed."""
-    if args.warm_start is not None:
-        return args.warm_start
+    """The ``sft_model`` of the recipe's SFT (no RL steps) for this seed, trained once into ``OUT/warm-seed<s>``."""
     run_dir = args.out / f"warm-seed{seed}"
     if not (run_dir / "sft_model" / "config.json").is_file():
-        # The tiny tokenizer's vocabulary is built from the held-out tasks evaluated, so keep eval.num_tasks.
+        # the tiny tokenizer's vocabulary is built from the held-out tasks too: keep eval.num_tasks as the arms'
         overrides = [*common_overrides(args, seed), "train.num_steps=0", "eval.k=1", "eval.greedy=false",
-                     f"output.dir={run_dir}"]
-        print(f"seed {seed}: warm start (quickstart SFT) into {run_dir}", flush=True)
-        _train_quietly(load_config(FLAT_RECIPE, overrides))
+                     "train.max_generated_tokens=null", f"output.dir={run_dir}"]
+        print(f"seed {seed}: warm start ({recipe(args).name} SFT) into {run_dir}", flush=True)
+        _train_quietly(load_config(recipe(args), overrides))
     return run_dir / "sft_model"
 
 
-def run_variant(args: argparse.Namespace, seed: int, variant: str, warm: Path) -> Path:
-    """Trains one variant for one seed (unless its run directory holds a finished run) and returns the run dir."""
-    run_dir = args.out / f"{variant}-seed{seed}"
+def arm_config(args: argparse.Namespace, seed: int, arm: Arm, warm: Path) -> TrainConfig:
+    """The arm's recipe: RL from ``warm`` until ``--token-budget`` generated tokens, evaluated every
+    ``--eval-every-tokens``."""
     overrides = [*common_overrides(args, seed), f"model.path_or_id={warm}", "sft.enabled=false",
-                 f"train.num_steps={args.steps}", f"eval.every_steps={args.eval_every}", "train.max_time_s=null",
-                 f"output.dir={run_dir}"]
-    overrides += variant_overrides(args, variant)
-    config = load_config(FLAT_RECIPE, overrides)
+                 f"train.num_steps={args.max_steps}", f"train.max_generated_tokens={args.token_budget}",
+                 f"eval.every_generated_tokens={args.eval_every_tokens}", "eval.every_steps=0",
+                 "train.max_time_s=null", "train.run_budget_s=null", f"output.dir={args.out / f'{arm.name}-seed{seed}'}",
+                 *arm.overrides]
+    return load_config(recipe(args), overrides)
+
+
+def run_arm(args: argparse.Namespace, seed: int, arm: Arm, warm: Path) -> Path:
+    """Trains one arm for one seed (unless its run directory holds a finished run) and returns the run directory.
+
+    Raises:
+        SystemExit: the run directory holds a run with other settings.
+    """
+    config = arm_config(args, seed, arm, warm)
+    run_dir = Path(config.output.dir)
     saved = run_dir / "config.json"
     if saved.is_file() and effective_settings(json.loads(saved.read_text(encoding="utf-8"))) != effective_settings(
             json.loads(json.dumps(to_dict(config)))):
         raise SystemExit(f"{run_dir} holds a run with other settings than these; delete it or pass another --out")
     if (run_dir / "summary.json").is_file():
-        print(f"seed {seed} {variant}: reusing the finished run in {run_dir}", flush=True)
+        print(f"seed {seed} {arm.name}: reusing the finished run in {run_dir}", flush=True)
         return run_dir
     summary = _train_quietly(config)
-    print(f"seed {seed} {variant}: {summary['elapsed_s']:.0f} s wall, {run_dir}", flush=True)
+    print(f"seed {seed} {arm.name}: {summary['elapsed_s']:.0f} s wall, {run_dir}", flush=True)
     return run_dir
 
 
 def effective_settings(config: dict[str, Any]) -> dict[str, Any]:
     """A saved run config without what cannot change an RL run from a given warm start: the ``sft`` section
-    (disabled here), the sizes of a tiny model that is loaded, not built, ``output.dir`` (a run copied
-    from another ``--out``) and a flat run's ``rollout.tree`` section. A recipe edit there, or a new tree
-    setting, keeps runs reusable."""
-    kept = {key: value for key, value in config.items() if key != "sft"}
+    (disabled here), the sizes of a tiny model that is loaded, not built, ``output`` and a flat run's
+    ``rollout.tree`` section."""
+    kept = {key: value for key, value in config.items() if key not in ("sft", "output")}
     if config["rollout"].get("sampler") == "flat":
         kept["rollout"] = {key: value for key, value in config["rollout"].items() if key != "tree"}
     kept["model"] = {key: value for key, value in config["model"].items()
                      if key not in ("hidden_size", "num_layers", "num_heads", "intermediate_size", "corpus_episodes")}
-    kept["output"] = {key: value for key, value in config["output"].items() if key != "dir"}
     return kept
 
 
@@ -187,17 +249,7 @@ def _train_quietly(config: TrainConfig) -> dict[str, Any]:
         return train(config)
 
 
-def wall_s(run_dir: Path) -> float:
-    """Wall seconds of the run's ``train()`` call (its ``summary.json``)."""
-    return float(json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))["elapsed_s"])
-
-
-def step_means(run_dir: Path, keys: tuple[str, ...] = ("groups_kept", "success_rate")) -> dict[str, float]:
-    """Means over the run's RL step records of ``keys``: ``groups_kept`` (tasks per step whose episodes did
-    not all get the same return, the groups that carry a gradient) and ``success_rate`` (of the training
-    rollouts). A resumed run's repeated step counts once (its last record)."""
-    rl = [r for (phase, _), r in step_records(run_dir).items() if phase == "rl"]
-    return {key: float(np.mean([r[key] for r in rl])) for key in keys}
+# -- reading the runs -----------------------------------------------------------------------------------------
 
 
 def step_records(run_dir: Path) -> dict[tuple[str, int], dict[str, Any]]:
@@ -210,11 +262,13 @@ def step_records(run_dir: Path) -> dict[tuple[str, int], dict[str, Any]]:
     return records
 
 
-def learning_curve(run_dir: Path) -> list[dict[str, Any]]:
-    """``[{step, tokens, sampled, greedy}]`` per evaluation: cumulative generated tokens of RL steps <= step.
+def rl_records(run_dir: Path) -> list[dict[str, Any]]:
+    """The run's RL step records in step order."""
+    return [r for (phase, _), r in sorted(step_records(run_dir).items(), key=lambda i: i[0][1]) if phase == "rl"]
 
-    A resumed run may log a step twice; the last record of each (phase, step) counts.
-    """
+
+def learning_curve(run_dir: Path) -> list[dict[str, Any]]:
+    """``[{step, tokens, sampled, greedy}]`` per evaluation: cumulative generated tokens of RL steps <= step."""
     records = step_records(run_dir)
     tokens = {step: r["tokens_generated"] for (phase, step), r in records.items() if phase == "rl"}
     return [{"step": step, "tokens": int(sum(n for s, n in tokens.items() if s <= step)),
@@ -222,136 +276,268 @@ def learning_curve(run_dir: Path) -> list[dict[str, Any]]:
             for (phase, step), r in sorted(records.items(), key=lambda item: item[0][1]) if phase == "eval"]
 
 
-def mean_curve(curves: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """The mean over seeds of tokens and success at each evaluation step all seeds share."""
-    steps = sorted(set.intersection(*({p["step"] for p in c} for c in curves)))
-    out = []
-    for step in steps:
-        points = [next(p for p in c if p["step"] == step) for c in curves]
-        out.append({"step": step, "tokens": float(np.mean([p["tokens"] for p in points])),
-                    **{m: _mean([p[m] for p in points]) for m in METRICS}})
+def arm_analysis(run_dirs: list[Path]) -> dict[str, Any]:
+    """What the issue's analysis needs, over every RL step of the given runs (one per seed): steps, tokens,
+    ``mixed_groups_per_1k_tokens``, mean training success and rollout entropy, and the means of
+    :data:`TREE_KEYS` over the steps that log them (tree arms; absent keys are left out)."""
+    steps = [r for d in run_dirs for r in rl_records(d)]
+    tokens = sum(r["tokens_generated"] for r in steps)
+    out: dict[str, Any] = {"steps": len(steps), "tokens": tokens,
+                           "mixed_groups_per_1k_tokens": 1000.0 * sum(r["groups_kept"] for r in steps) / max(tokens, 1),
+                           "training_success": _mean_of(steps, "success_rate"),
+                           "rollout_entropy": _mean_of(steps, "rollout_entropy")}
+    out.update({key: _mean_of(steps, key) for key in TREE_KEYS if any(key in r for r in steps)})
     return out
 
 
-def _mean(values: list[float | None]) -> float | None:
-    present = [v for v in values if v is not None]
-    return float(np.mean(present)) if len(present) == len(values) else None
+def _mean_of(records: list[dict[str, Any]], key: str) -> float | None:
+    values = [r[key] for r in records if r.get(key) is not None]
+    return float(np.mean(values)) if values else None
 
 
-def compare(flat: list[dict[str, Any]], tree: list[dict[str, Any]], metric: str) -> dict[str, Any]:
-    """Flat's final success and tokens; the first tree evaluation after step 0 at or above it, and the ratio.
+# -- the comparison -------------------------------------------------------------------------------------------
 
-    Step 0 is left out: both variants start from the same policy, so a flat run that never improves would be
-    "reached" by the tree at 0 tokens. ``flat_gain`` (final - initial) shows when that is the case.
-    """
-    final, total = flat[-1][metric], flat[-1]["tokens"]
-    row: dict[str, Any] = {"metric": metric, "flat_final": final, "flat_gain": _diff(final, flat[0][metric]),
-                           "flat_tokens": total, "tree_final": tree[-1][metric], "tree_tokens": tree[-1]["tokens"],
-                           "reach_step": None, "reach_tokens": None, "ratio": None}
-    if final is None:
-        return row
-    reached = next((p for p in tree if p["step"] > 0 and p[metric] is not None and p[metric] >= final), None)
-    if reached is not None:
-        row.update(reach_step=reached["step"], reach_tokens=reached["tokens"], ratio=reached["tokens"] / max(total, 1))
-    return row
+
+def tokens_to_reach(curve: list[dict[str, Any]], target: float | None, metric: str = "sampled") -> float | None:
+    """Generated tokens at which ``curve`` first reaches ``target`` after step 0 (rule in the module docstring):
+    linear interpolation between the evaluation below the target and the first one at or above it, or that
+    evaluation's tokens when the one before was not below it; None when never reached (or no target)."""
+    if target is None:
+        return None
+    for before, point in itertools.pairwise(curve):
+        value = point[metric]
+        if value is None or value < target:
+            continue
+        low = before[metric]
+        if low is None or low >= target:
+            return float(point["tokens"])
+        return before["tokens"] + (target - low) / (value - low) * (point["tokens"] - before["tokens"])
+    return None
+
+
+def on_grid(curve: list[dict[str, Any]], grid: list[float], metric: str) -> list[float | None]:
+    """``curve``'s ``metric`` linearly interpolated at each grid token count (None past its last evaluation)."""
+    points = [(p["tokens"], p[metric]) for p in curve if p[metric] is not None]
+    xs, ys = [x for x, _ in points], [y for _, y in points]
+    return [float(np.interp(g, xs, ys)) if xs and g <= xs[-1] else None for g in grid]
+
+
+def token_grid(args: argparse.Namespace) -> list[float]:
+    """0, E, 2E, ... up to the budget (the budget included)."""
+    grid = list(np.arange(0, args.token_budget, args.eval_every_tokens, dtype=float))
+    return [float(g) for g in grid] + [float(args.token_budget)]
+
+
+def band(curves: list[list[dict[str, Any]]], grid: list[float], metric: str) -> dict[str, list[float | None]]:
+    """Mean, min and max over seeds at each grid point (None where a seed's curve stops short)."""
+    rows = [on_grid(c, grid, metric) for c in curves]
+    columns = [[row[i] for row in rows] for i in range(len(grid))]
+    full = [None if any(v is None for v in col) else col for col in columns]
+    return {"tokens": grid, "mean": [None if c is None else float(np.mean(c)) for c in full],
+            "min": [None if c is None else float(min(c)) for c in full],
+            "max": [None if c is None else float(max(c)) for c in full]}
+
+
+def comparison_rows(curves: dict[str, dict[int, list[dict[str, Any]]]], bands: dict[str, dict[str, Any]],
+                    budget: int, metric: str) -> list[dict[str, Any]]:
+    """Per arm: final success (mean curve at the budget; per seed the last evaluation), the tokens at which the mean
+    curve reaches flat GRPO's final mean and per seed its seed's final, and those over the budget."""
+    ref_final = bands[REFERENCE][metric]["mean"][-1]
+    ref_gain = _diff(ref_final, bands[REFERENCE][metric]["mean"][0])
+    rows = []
+    for arm, by_seed in curves.items():
+        mean_curve = [{"step": i, "tokens": t, metric: m} for i, (t, m) in
+                      enumerate(zip(bands[arm][metric]["tokens"], bands[arm][metric]["mean"]))]
+        reach = tokens_to_reach(mean_curve, ref_final, metric)
+        per_seed = {seed: tokens_to_reach(c, curves[REFERENCE][seed][-1][metric], metric) for seed, c in by_seed.items()}
+        rows.append({"arm": arm, "metric": metric, "final": bands[arm][metric]["mean"][-1],
+                     "final_per_seed": {s: c[-1][metric] for s, c in by_seed.items()},
+                     "reference_final": ref_final, "reference_gain": ref_gain, "reach_tokens": reach,
+                     "ratio": None if reach is None else reach / budget,
+                     "ratio_per_seed": {s: None if r is None else r / budget for s, r in per_seed.items()}})
+    return rows
 
 
 def _diff(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else a - b
 
 
-def print_table(rows: list[dict[str, Any]]) -> None:
-    header = (f"{'seed':<6}{'metric':<9}{'flat final':>11}{'gain':>8}{'flat tokens':>13}{'tree final':>11}"
-              f"{'tree tokens':>13}{'reached at':>12}{'tokens then':>13}{'tree/flat':>11}")
-    print(header)
-    print("-" * len(header))
-    for r in rows:
-        reach = "not reached" if r["reach_step"] is None else f"step {r['reach_step']}"
-        reach += "*" if r["reach_step"] is not None and (r["flat_gain"] or 0.0) <= 0 else ""
-        print(f"{r['seed']:<6}{r['metric']:<9}{_fmt(r['flat_final'], '.3f'):>11}{_fmt(r['flat_gain'], '+.3f'):>8}"
-              f"{_fmt(r['flat_tokens'], ',.0f'):>13}{_fmt(r['tree_final'], '.3f'):>11}"
-              f"{_fmt(r['tree_tokens'], ',.0f'):>13}{reach:>12}{_fmt(r['reach_tokens'], ',.0f'):>13}"
-              f"{_fmt(r['ratio'], '.2f'):>11}")
-    if any(r["reach_step"] is not None and (r["flat_gain"] or 0.0) <= 0 for r in rows):
-        print("* flat's final success is no better than the shared warm start's: that ratio says nothing about learning")
-
-
 def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def plot(curves: dict[str, dict[int, list[dict[str, Any]]]], means: dict[str, list[dict[str, Any]]],
-         path: Path, title: str) -> None:
-    """Held-out pass@1 (sampled; greedy on the right) against cumulative generated tokens."""
+def print_comparison(rows: list[dict[str, Any]]) -> None:
+    header = (f"{'arm':<14}{'metric':<9}{'final (mean)':>13}{'per seed':>22}{'tokens to flat-grpo final':>27}"
+              f"{'ratio':>8}{'ratio per seed':>22}")
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        reach = "not reached" if r["reach_tokens"] is None else f"{r['reach_tokens']:,.0f}"
+        seeds = " ".join(_fmt(v, ".3f") for v in r["final_per_seed"].values())
+        ratios = " ".join("n/r" if v is None else f"{v:.2f}" for v in r["ratio_per_seed"].values())
+        print(f"{r['arm']:<14}{r['metric']:<9}{_fmt(r['final'], '.3f'):>13}{seeds:>22}{reach:>27}"
+              f"{_fmt(r['ratio'], '.2f'):>8}{ratios:>22}")
+    for metric in dict.fromkeys(r["metric"] for r in rows if (r["reference_gain"] or 0.0) <= 0):
+        print(f"note ({metric}): flat GRPO's final success is no better than the shared warm start's, so reaching it "
+              "says nothing about learning")
+
+
+def print_analysis(analysis: dict[str, dict[str, Any]], walls: dict[str, list[float]]) -> None:
+    header = (f"{'arm':<14}{'steps':>7}{'tokens':>11}{'wall s':>9}{'mixed/1k tok':>13}{'train succ':>11}"
+              f"{'entropy':>9}{'sib adv var':>12}{'informative':>12}{'leaf succ glob/branched':>25}{'depth':>7}")
+    print(header)
+    print("-" * len(header))
+    for arm, a in analysis.items():
+        leaf = f"{_fmt(a.get('tree/leaf_success/global'), '.3f')} / {_fmt(a.get('tree/leaf_success/branched'), '.3f')}"
+        print(f"{arm:<14}{a['steps']:>7}{a['tokens']:>11,}{sum(walls[arm]):>9.0f}"
+              f"{a['mixed_groups_per_1k_tokens']:>13.2f}{_fmt(a['training_success'], '.3f'):>11}"
+              f"{_fmt(a['rollout_entropy'], '.3f'):>9}{_fmt(a.get('tree/sibling_adv_var'), '.4f'):>12}"
+              f"{_fmt(a.get('tree/branch_points_informative'), '.2f'):>12}{leaf:>25}"
+              f"{_fmt(a.get('tree/branch_depth_mean'), '.2f'):>7}")
+
+
+def wall_s(run_dir: Path) -> float:
+    """Wall seconds of the run's ``train()`` call (its ``summary.json``)."""
+    return float(json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))["elapsed_s"])
+
+
+# -- plots ------------------------------------------------------------------------------------------------------
+
+
+def _pyplot() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def plot_learning(bands: dict[str, dict[str, Any]], path: Path, title: str) -> None:
+    """Held-out pass@1 (sampled; greedy on the right) against generated tokens: mean line and min-max band per arm."""
+    plt = _pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharex=True)
-    colours = {"flat": "tab:blue", "tree": "tab:orange"}
     for ax, metric in zip(axes, METRICS):
-        for variant in VARIANTS:
-            for curve in curves[variant].values():
-                ax.plot(*_xy(curve, metric), color=colours[variant], linewidth=0.8, alpha=0.45, marker=".")
-            ax.plot(*_xy(means[variant], metric), color=colours[variant], linewidth=2.5, marker="o",
-                    label=f"{variant} (mean over seeds {list(curves[variant])})")
-        ax.set_xlabel("generated tokens (cumulative, RL rollouts)")
-        final = means["flat"][-1][metric]
+        for index, (arm, by_metric) in enumerate(bands.items()):
+            _band(ax, by_metric[metric]["tokens"], by_metric[metric], f"C{index}", arm)
+        final = bands[REFERENCE][metric]["mean"][-1]
         if final is not None:
-            ax.axhline(final, color=colours["flat"], linestyle="--", linewidth=1, label="flat final (mean)")
+            ax.axhline(final, color="C0", linestyle="--", linewidth=1, label=f"{REFERENCE} final (mean)")
         ax.set_ylim(bottom=0.0, top=max(0.05, ax.get_ylim()[1]))
+        ax.set_xlabel("generated tokens (RL rollouts, cumulative)")
         ax.set_ylabel(f"held-out pass@1 ({metric})")
         ax.grid(alpha=0.3)
-        ax.legend()
+        ax.legend(fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
-def _xy(curve: list[dict[str, Any]], metric: str) -> tuple[list[float], list[float]]:
-    points = [p for p in curve if p[metric] is not None]
-    return [p["tokens"] for p in points], [p[metric] for p in points]
+def _band(ax: Any, xs: list[float], values: dict[str, list[float | None]], colour: str, label: str) -> None:
+    keep = [i for i, m in enumerate(values["mean"]) if m is not None]
+    x = [xs[i] for i in keep]
+    ax.plot(x, [values["mean"][i] for i in keep], color=colour, linewidth=2, marker="o", markersize=3, label=label)
+    ax.fill_between(x, [values["min"][i] for i in keep], [values["max"][i] for i in keep], color=colour, alpha=0.2)
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
-    curves: dict[str, dict[int, list[dict[str, Any]]]] = {v: {} for v in VARIANTS}
+def entropy_bands(runs: dict[str, dict[int, Path]]) -> dict[str, dict[str, list[float | None]]]:
+    """Per loss: ``rollout_entropy`` per RL step, mean/min/max over seeds at the steps every seed ran."""
+    out = {}
+    for loss, by_seed in runs.items():
+        per_seed = [{r["step"]: r["rollout_entropy"] for r in rl_records(d)} for d in by_seed.values()]
+        steps = sorted(set.intersection(*(set(p) for p in per_seed)))
+        columns = [[p[s] for p in per_seed] for s in steps]
+        out[loss] = {"steps": steps, "mean": [float(np.mean(c)) for c in columns],
+                     "min": [float(min(c)) for c in columns], "max": [float(max(c)) for c in columns]}
+    return out
+
+
+def plot_entropy(bands: dict[str, dict[str, list[Any]]], path: Path, title: str) -> None:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for index, (loss, values) in enumerate(bands.items()):
+        _band(ax, values["steps"], values, f"C{index}", loss)
+    ax.set_xlabel("RL step")
+    ax.set_ylabel("rollout entropy (nats per generated token)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+# -- the two modes --------------------------------------------------------------------------------------------
+
+
+def run_all(args: argparse.Namespace, chosen: list[Arm]) -> dict[str, dict[int, Path]]:
+    """Every arm for every seed (warm start first); {arm: {seed: run directory}}."""
+    runs: dict[str, dict[int, Path]] = {arm.name: {} for arm in chosen}
     for seed in args.seeds:
         warm = warm_start_dir(args, seed)
-        for variant in VARIANTS:
-            curves[variant][seed] = learning_curve(run_variant(args, seed, variant, warm))
-    means = {v: mean_curve(list(curves[v].values())) for v in VARIANTS}
-    rows = [{"seed": seed, **compare(curves["flat"][seed], curves["tree"][seed], m)}
-            for seed in args.seeds for m in METRICS]
-    rows += [{"seed": "mean", **compare(means["flat"], means["tree"], m)} for m in METRICS]
-    tree_label = f"{args.credit} credit{''.join(', ' + o for o in args.tree_overrides)}"
-    print(f"\nTree ({tree_label}) vs flat ({args.flat_credit} credit), held-out pass@1 against generated tokens "
-          f"({args.steps} RL steps, same leaves per step; target tree/flat <= 0.50):")
-    print_table(rows)
-    ratios = [r["ratio"] for r in rows if r["seed"] != "mean" and r["metric"] == "sampled"]
-    reached = [r for r in ratios if r is not None]
-    print(f"sampled: tree reached flat's final success in {len(reached)}/{len(ratios)} seeds"
-          + (f", ratio per seed {', '.join(f'{r:.2f}' for r in reached)}" if reached else ""))
-    per_step = {v: {seed: step_means(args.out / f"{v}-seed{seed}") for seed in args.seeds} for v in VARIANTS}
-    for variant in VARIANTS:
-        totals = [c[-1]["tokens"] for c in curves[variant].values()]
-        walls = [wall_s(args.out / f"{variant}-seed{seed}") for seed in args.seeds]
-        steps = list(per_step[variant].values())
-        kept = ", ".join(format(s["groups_kept"], ".2f") for s in steps)
-        success = ", ".join(format(s["success_rate"], ".3f") for s in steps)
-        print(f"{variant}: generated tokens per run {', '.join(f'{t:,}' for t in totals)}; "
-              f"wall s per run {', '.join(f'{w:.0f}' for w in walls)}; groups kept per step {kept}; "
-              f"training success {success}")
-    title = f"tree ({tree_label}) vs flat ({args.flat_credit}), seeds {args.seeds}, {args.steps} RL steps each"
-    plot(curves, means, args.out / "tree_vs_flat_learning.png", title)
-    result = {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-              "curves": curves, "means": means, "rows": rows,
-              "step_means": per_step}
+        for arm in chosen:
+            runs[arm.name][seed] = run_arm(args, seed, arm, warm)
+    return runs
+
+
+def compare_arms(args: argparse.Namespace) -> dict[str, Any]:
+    """The equal-token comparison: runs, prints, plots and writes the JSON; returns what it wrote."""
+    runs = run_all(args, arms(args))
+    curves = {arm: {seed: learning_curve(d) for seed, d in by_seed.items()} for arm, by_seed in runs.items()}
+    grid = token_grid(args)
+    bands = {arm: {m: band(list(c.values()), grid, m) for m in METRICS} for arm, c in curves.items()}
+    rows = [row for m in METRICS for row in comparison_rows(curves, bands, args.token_budget, m)]
+    analysis = {arm: arm_analysis(list(by_seed.values())) for arm, by_seed in runs.items()}
+    walls = {arm: [wall_s(d) for d in by_seed.values()] for arm, by_seed in runs.items()}
+    print(f"\n{args.family}: held-out pass@1 at equal generated tokens ({args.token_budget:,} per arm, seeds "
+          f"{args.seeds}; issue 25's target: a tree arm reaches flat GRPO's final success at ratio <= 0.6)")
+    print_comparison(rows)
+    print("\nper arm, over every RL step of every seed:")
+    print_analysis(analysis, walls)
+    title = f"{args.family}: {args.token_budget:,} generated tokens per arm, seeds {args.seeds}"
+    plot_learning(bands, args.out / "tree_vs_flat_learning.png", title)
+    result = {"args": _jsonable(args), "arms": {a.name: list(a.overrides) for a in arms(args)}, "curves": curves,
+              "bands": bands, "rows": rows, "analysis": analysis, "wall_s": walls}
     (args.out / "tree_vs_flat_learning.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     print(f"wrote {args.out / 'tree_vs_flat_learning.png'} and {args.out / 'tree_vs_flat_learning.json'}")
+    return result
+
+
+def compare_losses(args: argparse.Namespace) -> dict[str, Any]:
+    """Rollout entropy per RL step, one flat GRPO run per loss: runs, prints, plots and writes the JSON."""
+    chosen = entropy_arms(args)
+    runs = run_all(args, chosen)
+    by_loss = {loss: runs[arm.name] for loss, arm in zip(args.entropy_losses, chosen)}
+    bands = entropy_bands(by_loss)
+    config = arm_config(args, args.seeds[0], chosen[0], Path("unused"))
+    print(f"\n{args.family}: rollout entropy per RL step by loss ({args.token_budget:,} generated tokens per run)")
+    print(f"{'loss':<10}{'first step':>11}{'last step':>11}{'steps':>7}{'final sampled pass@1 per seed':>32}")
+    for loss, values in bands.items():
+        finals = " ".join(_fmt(learning_curve(d)[-1]["sampled"], ".3f") for d in by_loss[loss].values())
+        print(f"{loss:<10}{_fmt(values['mean'][0] if values['mean'] else None, '.3f'):>11}"
+              f"{_fmt(values['mean'][-1] if values['mean'] else None, '.3f'):>11}{len(values['steps']):>7}{finals:>32}")
+    if config.algorithm.epochs * config.algorithm.num_minibatches == 1:
+        loss = config.algorithm.loss
+        print(f"note: one epoch of one mini-batch: every ratio is ~1 in the update, so ppo_clip and aepo take the same "
+              f"step; clip_cov / kl_cov differ from it on {loss.clip_cov_ratio:g} / {loss.kl_cov_ratio:g} of the tokens "
+              "(at least one per update); algorithm.epochs / num_minibatches > 1 or the ratios tell them apart")
+    plot_entropy(bands, args.out / "entropy_per_loss.png", f"{args.family}: seeds {args.seeds}, mean and min-max")
+    result = {"args": _jsonable(args), "runs": {loss: {s: str(d) for s, d in r.items()} for loss, r in by_loss.items()},
+              "entropy": bands}
+    (args.out / "entropy_per_loss.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    print(f"wrote {args.out / 'entropy_per_loss.png'} and {args.out / 'entropy_per_loss.json'}")
+    return result
+
+
+def _jsonable(args: argparse.Namespace) -> dict[str, Any]:
+    return {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    return compare_losses(args) if args.entropy_losses is not None else compare_arms(args)
 
 
 if __name__ == "__main__":

@@ -9,9 +9,10 @@ evaluated exactly as the trainer evaluates it. :func:`evaluate_both` is the trai
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -172,6 +173,23 @@ def run_config_of(model_dir: str) -> dict[str, Any]:
     return config if is_run else {}
 
 
+@contextlib.contextmanager
+def seeded_sampling(policy: Policy, seed: int | None) -> Iterator[None]:
+    """Within the block the policy samples from ``seed`` (``eval.seed``); after it, from where it was before, so
+    what the policy samples later is as without the block. No-op when ``seed`` is None or the policy has no
+    ``torch.Generator`` of its own (only :class:`TransformersPolicy` has one; a vLLM engine seeds per request)."""
+    generator = getattr(policy, "generator", None)
+    if seed is None or not isinstance(generator, torch.Generator):
+        yield
+        return
+    state = generator.get_state()
+    generator.manual_seed(seed)
+    try:
+        yield
+    finally:
+        generator.set_state(state)
+
+
 def evaluate_both(config: EvalConfig, max_new_tokens: int, max_turns: int | None, policy: Policy, chat: ChatFormat,
                   tasks: list[Task], console: Console, label: str,
                   env_factory: Callable[..., Env] = rlvr_gym.make,
@@ -179,7 +197,8 @@ def evaluate_both(config: EvalConfig, max_new_tokens: int, max_turns: int | None
     """Held-out evaluation: ``config.k`` samples per task at ``config.temperature``, and greedy pass@1 (``greedy``).
 
     Envs come from ``env_factory`` (default :func:`rlvr_gym.make`; the trainer passes its env pool's ``make``);
-    ``max_new_tokens`` per turn and ``max_turns`` (None: the env's limit) as in training.
+    ``max_new_tokens`` per turn and ``max_turns`` (None: the env's limit) as in training. With ``config.seed``
+    every call samples the same random numbers (:func:`seeded_sampling`).
 
     Returns:
         ``pass@1_sampled``, ``pass@{k}_sampled``, ``pass@1_greedy`` (None when off), ``mean_turns``,
@@ -188,7 +207,8 @@ def evaluate_both(config: EvalConfig, max_new_tokens: int, max_turns: int | None
     """
     k, max_new = config.k, max_new_tokens
     began = time.monotonic()
-    with console.status(f"evaluating {label}: {len(tasks)} tasks x {k} samples + greedy"):
+    with (console.status(f"evaluating {label}: {len(tasks)} tasks x {k} samples + greedy"),
+          seeded_sampling(policy, config.seed)):
         sampled, _ = evaluate_policy(policy, chat, tasks, k, SamplingParams(config.temperature, 1.0, max_new),
                                      env_factory=env_factory, max_turns=max_turns, step_executor=step_executor)
         greedy = None

@@ -12,8 +12,9 @@ zero-variance groups), each line a stage package:
 4. **update** (:mod:`rlvr_gym_agents.update`): ``epochs`` x ``num_minibatches`` clipped policy-gradient steps, in
    this process or on ``cluster.learners`` torch.distributed ranks (:class:`rlvr_gym_agents.cluster.LearnerGroup`);
 5. **sync** the weights to a separate rollout engine (vLLM); no-op for the transformers engine;
-6. **log / evaluate / checkpoint** (metrics.jsonl, TensorBoard; held-out evaluation every ``eval.every_steps``;
-   an atomic checkpoint every ``train.checkpoint_every``; a rerun in the same ``output.dir`` resumes from it).
+6. **log / evaluate / checkpoint** (metrics.jsonl, TensorBoard; held-out evaluation every ``eval.every_steps``
+   or ``eval.every_generated_tokens``; an atomic checkpoint every ``train.checkpoint_every``; a rerun in the same
+   ``output.dir`` resumes from it).
 
 Before RL the policy is built (or loaded), warm-started by behaviour cloning (:mod:`rlvr_gym_agents.warmstart`)
 and evaluated on held-out tasks (:mod:`rlvr_gym_agents.evaluate`); after RL it is evaluated again, both are
@@ -46,7 +47,7 @@ from rlvr_gym import Env, Task, load_suite, spec
 from rlvr_gym_agents.cluster.rollout_workers import AsyncRollouts, RolloutWorkers, remote_sampler
 from rlvr_gym_agents.config import TrainConfig, TrainLoopConfig, to_dict
 from rlvr_gym_agents.console import Console
-from rlvr_gym_agents.credit import CreditConfig, assign_credit, informative_groups
+from rlvr_gym_agents.credit import CreditConfig, assign_credit, informative_groups, sibling_advantage_metrics
 from rlvr_gym_agents.evaluate import evaluate_both
 from rlvr_gym_agents.policy import Policy, SamplingParams, TransformersPolicy
 from rlvr_gym_agents.policy.chat import ChatFormat
@@ -160,15 +161,17 @@ def _train(config: TrainConfig, env_factory: Callable[..., Env], step_executor: 
     updater = closing.enter_context(contextlib.closing(build_updater(config, policy, optimizer, run_dir)))
     run = Run(config, policy, rollout_policy, sampler, optimizer, credit_config(config), updater, train_tasks)
     rl_began = time.monotonic()
+    tokens = sum(r["tokens_generated"] for r in logger.read() if r["phase"] == "rl")  # a resumed run's so far
     for step in range(start_step + 1, config.train.num_steps + 1):
         record = rl_step(run, step)
         logger.log(record)
         console.step(step, config.train.num_steps, record)
-        if config.eval.every_steps and step % config.eval.every_steps == 0 and step < config.train.num_steps:
+        previous, tokens = tokens, tokens + record["tokens_generated"]
+        if evaluation_due(config, step, previous, tokens):
             logger.log({"phase": "eval", "step": step, **_eval_scalars(evaluate(f"step {step}"))})
         now = time.monotonic()
         stop = rl_stop_reason(config.train, now - began, now - rl_began, record["step_s"],
-                              state["before"].get("elapsed_s", 0.0))
+                              state["before"].get("elapsed_s", 0.0), tokens)
         periodic = config.train.checkpoint_every and step % config.train.checkpoint_every == 0
         if stop or periodic or step == config.train.num_steps:
             state["metrics_lines"] = logger.num_lines()
@@ -212,7 +215,7 @@ def rl_step(run: Run, step: int) -> dict[str, Any]:
     update = run.updater.update(kept, advantages[keep]) if kept else {}  # in-process or a learner group
     sync_weights(run.policy, run.rollout_policy, run.sampler, step, changed=bool(kept))
     return {"phase": "rl", "step": step, "process_cpu_s": time.process_time(), **rollout_metrics(batch.trajectories),
-            **batch.metrics, **update, "tokens_generated": batch.tokens_generated,
+            **batch.metrics, **sibling_advantage_metrics(batch, advantages), **update, "tokens_generated": batch.tokens_generated,
             "groups_kept": int(keep.sum()) // run.config.train.group_size, "rollout_s": rollout_s,
             "step_s": time.monotonic() - began}
 
@@ -389,22 +392,40 @@ def check_not_all_crashed(batch: RolloutBatch, step: int) -> None:
                             f"the first: {first.failures[0].message}")
 
 
-def rl_stop_reason(loop: TrainLoopConfig, run_s: float, rl_s: float, step_s: float, eval_s: float) -> str | None:
+def rl_stop_reason(loop: TrainLoopConfig, run_s: float, rl_s: float, step_s: float, eval_s: float,
+                   tokens_generated: int = 0) -> str | None:
     """Why RL stops after the current step (the cap that binds, for the log), or None to go on.
 
     Args:
-        loop: ``max_time_s`` caps the RL loop; ``run_budget_s`` caps the whole run (see :class:`TrainLoopConfig`).
+        loop: ``max_generated_tokens`` caps the RL rollouts' generated tokens; ``max_time_s`` caps the RL loop;
+            ``run_budget_s`` caps the whole run (see :class:`TrainLoopConfig`).
         run_s: seconds since the run began (:func:`train`'s ``started``).
         rl_s: seconds since the RL loop began.
         step_s: seconds the step just done took (the next one is expected to take as long).
         eval_s: seconds the evaluation before RL took (the final one is expected to take as long).
+        tokens_generated: tokens the RL steps so far generated (their ``tokens_generated`` summed).
     """
+    if loop.max_generated_tokens is not None and tokens_generated >= loop.max_generated_tokens:
+        return f"train.max_generated_tokens={loop.max_generated_tokens} ({tokens_generated:,} generated)"
     if loop.max_time_s is not None and rl_s > loop.max_time_s:
         return f"train.max_time_s={loop.max_time_s}"
     if loop.run_budget_s is not None and run_s + step_s + eval_s > loop.run_budget_s:
         return (f"train.run_budget_s={loop.run_budget_s} ({run_s:.0f} s spent, one more step ~{step_s:.0f} s, "
                 f"final evaluation ~{eval_s:.0f} s)")
     return None
+
+
+def evaluation_due(config: TrainConfig, step: int, previous_tokens: int, tokens: int) -> bool:
+    """Whether to evaluate after RL step ``step``: every ``eval.every_steps`` steps, and at the first step at or past
+    each multiple of ``eval.every_generated_tokens`` (``previous_tokens`` -> ``tokens`` generated in RL so far);
+    never at the step that ends RL by ``train.num_steps`` or ``train.max_generated_tokens`` (the evaluation after RL
+    follows it)."""
+    every_steps, every_tokens = config.eval.every_steps, config.eval.every_generated_tokens
+    budget = config.train.max_generated_tokens
+    if step >= config.train.num_steps or (budget is not None and tokens >= budget):
+        return False
+    by_tokens = every_tokens is not None and tokens // every_tokens > previous_tokens // every_tokens
+    return bool(every_steps and step % every_steps == 0) or by_tokens
 
 
 @contextlib.contextmanager

@@ -71,3 +71,24 @@ def test_load_agent_from_a_model_directory(tiny_model_dir: Path, tmp_path: Path)
     assert len(records) == 2 and all(r.turns >= 1 for r in records)
     with pytest.raises(FileNotFoundError, match="missing_model"):
         load_agent(str(tmp_path / "missing_model"))
+
+
+def test_seeded_sampling_draws_the_same_numbers_and_leaves_the_policy_stream_as_it_was(
+        tiny_policy: TransformersPolicy) -> None:
+    import torch
+    from rlvr_gym_agents.evaluate import seeded_sampling
+
+    def draw() -> list[float]:
+        return torch.rand(4, generator=tiny_policy.generator).tolist()
+
+    untouched = torch.Generator().manual_seed(0)  # the fixture's policy samples from seed 0
+    with seeded_sampling(tiny_policy, 7):
+        first = draw()
+    draw()
+    with seeded_sampling(tiny_policy, 7):
+        second = draw()
+    assert first == second == torch.rand(4, generator=torch.Generator().manual_seed(7)).tolist()
+    torch.rand(4, generator=untouched)  # the policy drew once outside the blocks
+    assert draw() == torch.rand(4, generator=untouched).tolist()
+    with seeded_sampling(tiny_policy, None):  # off: the stream goes on
+        assert draw() == torch.rand(4, generator=untouched).tolist()

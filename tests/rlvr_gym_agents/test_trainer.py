@@ -16,7 +16,7 @@ from rlvr_gym_agents.policy.chat import ChatFormat
 from rlvr_gym_agents.rollout import Trajectory, Turn, run_episodes
 from rlvr_gym_agents.rollout.tree_sampler import TreeSampler
 from rlvr_gym_agents.run_io import load_checkpoint, save_checkpoint
-from rlvr_gym_agents.train import rl_stop_reason, rollout_metrics, train, update_config
+from rlvr_gym_agents.train import evaluation_due, rl_stop_reason, rollout_metrics, train, update_config
 from rlvr_gym_agents.update.ppo import ppo_update
 
 from rlvr_gym import TaskSuite
@@ -122,6 +122,42 @@ def test_rl_stops_at_the_first_cap_to_bind_hand_computed() -> None:
     both = TrainLoopConfig(max_time_s=420.0, run_budget_s=850.0)
     assert rl_stop_reason(both, 900.0, 421.0, 4.0, 40.0) == "train.max_time_s=420.0"
     assert rl_stop_reason(both, 900.0, 400.0, 4.0, 40.0).startswith("train.run_budget_s")  # type: ignore[union-attr]
+
+
+def test_a_token_budget_stops_rl_first_hand_computed() -> None:
+    loop = TrainLoopConfig(max_generated_tokens=100, max_time_s=420.0)
+    assert rl_stop_reason(loop, 0.0, 0.0, 1.0, 1.0, 99) is None
+    assert rl_stop_reason(loop, 0.0, 500.0, 1.0, 1.0, 100) == "train.max_generated_tokens=100 (100 generated)"
+    assert rl_stop_reason(loop, 0.0, 500.0, 1.0, 1.0, 99) == "train.max_time_s=420.0"
+    with pytest.raises(ConfigError, match="train.max_generated_tokens must be >= 1"):
+        load_config(None, ["train.max_generated_tokens=0"])
+    with pytest.raises(ConfigError, match="eval.every_generated_tokens must be >= 1"):
+        load_config(None, ["eval.every_generated_tokens=-5"])
+
+
+def test_evaluation_is_due_at_each_token_multiple_and_step_multiple_hand_computed() -> None:
+    config = load_config(None, ["train.num_steps=10", "train.max_generated_tokens=200",
+                                "eval.every_generated_tokens=50", "eval.every_steps=3"])
+    due = [evaluation_due(config, step, before, after) for step, before, after in
+           [(1, 0, 30), (2, 30, 60), (3, 60, 99), (4, 99, 160), (5, 160, 170), (6, 170, 199), (7, 199, 200)]]
+    # step 2 crosses 50; step 3 is a multiple of 3; step 4 crosses 100 and 150 (one evaluation); step 6 is a
+    # multiple of 3; step 7 reaches the budget: the evaluation after RL follows, not one more here
+    assert due == [False, True, True, True, False, True, False]
+    assert not evaluation_due(load_config(None, ["train.num_steps=2", "eval.every_generated_tokens=10"]), 2, 0, 50)
+
+
+def test_a_token_budget_ends_rl_at_the_first_step_reaching_it_and_evaluates_at_token_multiples(
+        tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    overrides = [*_echo_config(tiny_model_dir, tmp_path, "tokens", 50), "train.max_generated_tokens=300",
+                 "eval.every_generated_tokens=100", "eval.seed=11", "train.checkpoint_every=0"]
+    train(load_config(None, overrides))
+    records = [json.loads(line) for line in (tmp_path / "tokens" / "metrics.jsonl").read_text().splitlines()]
+    tokens = [r["tokens_generated"] for r in records if r["phase"] == "rl"]
+    totals = [sum(tokens[:i + 1]) for i in range(len(tokens))]
+    assert totals[-1] >= 300 > totals[-2]  # stopped at the first step that reached the budget
+    assert "RL stopped by train.max_generated_tokens=300 (" in capsys.readouterr().err
+    expected = [0] + [i + 1 for i in range(len(totals) - 1) if totals[i] // 100 > (totals[i - 1] if i else 0) // 100]
+    assert [r["step"] for r in records if r["phase"] == "eval"] == [*expected, len(totals)]
 
 
 def test_a_run_budget_ends_rl_early_and_still_evaluates_after(tiny_model_dir: Path, tmp_path: Path,

@@ -6,6 +6,8 @@ import math
 
 import pytest
 import torch
+from rlvr_gym_agents.credit import sibling_advantage_metrics
+from rlvr_gym_agents.credit.tree import sibling_advantages
 from rlvr_gym_agents.credit.tree_values import (
     leaf_paths,
     leaf_token_advantages,
@@ -15,6 +17,11 @@ from rlvr_gym_agents.credit.tree_values import (
     tree_values,
     treepo_leaf_advantages,
 )
+from rlvr_gym_agents.rollout.tree import RolloutTree
+from rlvr_gym_agents.rollout.types import RolloutBatch, Turn
+from torch.nn.utils.rnn import pad_sequence
+
+from rlvr_gym import Task
 
 # root 0 -> {1, 2}; 1 -> {3, 4, 5}. Leaves 2, 3, 4, 5 with rewards 0, 1, 1, 0.
 PARENTS = [-1, 0, 0, 1, 1, 1]
@@ -107,3 +114,33 @@ def test_malformed_trees_raise(parents: list[int], rewards: dict[int, float], ma
 def test_unknown_mode_raises() -> None:
     with pytest.raises(ValueError, match="treerl"):
         node_advantages(PARENTS, REWARDS, "bogus")
+
+
+def _two_level_tree() -> RolloutTree:
+    """root (prompt 2 ids) -> {node 1 (1 generated + 1 observation id), node 2 (1 generated, leaf)};
+    node 1 -> {node 3 (1 generated, leaf), node 4 (2 generated, leaf)}. Leaves in order: 2, 3, 4."""
+    tree = RolloutTree(Task(id="t", env_id="testing/Echo-v0"))
+    tree.add_node(-1, observation_ids=[1, 2])
+    tree.add_node(0, generated_ids=[3], observation_ids=[4], turn=Turn("o", "a", (0, 1)))
+    tree.add_node(0, generated_ids=[8], turn=Turn("o", "b", (0, 1)), done=True)
+    tree.add_node(1, generated_ids=[5], turn=Turn("o", "c", (0, 1)), done=True, success=True)
+    tree.add_node(1, generated_ids=[6, 7], turn=Turn("o", "d", (0, 2)), done=True)
+    return tree
+
+
+def test_sibling_advantages_read_each_childs_first_generated_token_hand_computed() -> None:
+    tree = _two_level_tree()
+    assert tree.leaves() == [2, 3, 4]
+    rows = [torch.tensor([0.0, 0.0, -1.0]),  # leaf 2: node 2's token at position 2
+            torch.tensor([0.0, 0.0, 0.5, 0.5, 0.5]),  # leaf 3: node 1 at 2 (its observation at 3), node 3 at 4
+            torch.tensor([0.0, 0.0, 1.5, 1.5, 0.5, 0.5])]  # leaf 4: node 1 at 2, node 4 at 4-5
+    # root's children: node 2 -> -1.0; node 1 -> mean(0.5, 1.5) = 1.0. Node 1's children: 0.5 and 0.5.
+    assert sorted(sorted(s) for s in sibling_advantages(tree, rows)) == [[-1.0, 1.0], [0.5, 0.5]]
+    batch = RolloutBatch(tree.trajectories(), [tree])
+    metrics = sibling_advantage_metrics(batch, pad_sequence(rows, batch_first=True))
+    # variances 1.0 and 0.0: mean 0.5; one of the two branch points separates its siblings
+    assert metrics == {"tree/sibling_adv_var": pytest.approx(0.5), "tree/branch_points": 2.0,
+                       "tree/branch_points_informative": pytest.approx(0.5)}
+    assert sibling_advantage_metrics(RolloutBatch(tree.trajectories()), pad_sequence(rows, batch_first=True)) == {}
+    with pytest.raises(ValueError, match="one advantage row per leaf"):
+        sibling_advantages(tree, rows[:2])

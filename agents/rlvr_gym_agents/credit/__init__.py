@@ -131,6 +131,29 @@ def assign_credit(batch: RolloutBatch, config: CreditConfig) -> Tensor:
     return pad_sequence(cropped, batch_first=True, padding_value=0.0)
 
 
+def sibling_advantage_metrics(batch: RolloutBatch, advantages: Tensor) -> dict[str, float]:
+    """Step-log scalars of how the credit separates siblings in a batch of rollout trees ({} for flat batches):
+    ``tree/sibling_adv_var`` (the population variance of the siblings' advantages per branch point, averaged
+    over branch points; :func:`rlvr_gym_agents.credit.tree.sibling_advantages`), ``tree/branch_points`` and
+    ``tree/branch_points_informative`` (the share of them whose siblings got different advantages).
+
+    Args:
+        batch: the step's rollouts; its trajectories are the trees' leaves, tree after tree.
+        advantages: (B, T) per-token advantages of :func:`assign_credit` for ``batch``.
+    """
+    if batch.trees is None:
+        return {}
+    spreads, row = [], 0
+    for tree in batch.trees:
+        count = len(tree.leaves())
+        spreads += [float(torch.tensor(values, dtype=torch.float64).var(unbiased=False))
+                    for values in tree_credit.sibling_advantages(tree, list(advantages[row:row + count]))]
+        row += count
+    return {"tree/sibling_adv_var": sum(spreads) / len(spreads) if spreads else 0.0,
+            "tree/branch_points": float(len(spreads)),
+            "tree/branch_points_informative": sum(s > 1e-12 for s in spreads) / len(spreads) if spreads else 0.0}
+
+
 def informative_groups(batch: RolloutBatch, config: CreditConfig) -> Tensor:
     """(B,) bool: False for the episodes of groups whose returns are all equal (zero advantage under every group
     estimator; DAPO's dynamic sampling drops them)."""

@@ -8,6 +8,8 @@ The node-value math is :mod:`rlvr_gym_agents.credit.tree_values` (pure functions
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import Tensor
 
@@ -68,6 +70,38 @@ def gigpo_rows(tree: RolloutTree, gamma: float, omega: float, std_norm: bool,
     return [torch.cat([torch.zeros(lengths[0])]
                       + [torch.full((lengths[n],), per_turn[(leaf, n)]) for n in tree.path(leaf)[1:]]).float()
             for leaf in tree.leaves()]
+
+
+def sibling_advantages(tree: RolloutTree, rows: Sequence[Tensor]) -> list[list[float]]:
+    """The advantages siblings get where the tree branched: per branch point (a node with >= 2 children that
+    generated tokens), one value per child, the mean over the child's leaves of the advantage on the child's first
+    generated token (``rows`` are the leaves' per-token advantages in :meth:`RolloutTree.leaves` order, as the
+    credit methods return them). Siblings with equal values (e.g. all their leaves failed) give that branch
+    point no learning signal; their spread is what branching buys.
+
+    Raises:
+        ValueError: ``rows`` is not one row per leaf.
+    """
+    leaves = tree.leaves()
+    if len(rows) != len(leaves):
+        raise ValueError(f"expected one advantage row per leaf ({len(leaves)}), got {len(rows)}")
+    starts, per_child = _segment_starts(tree), dict[int, list[float]]()
+    for leaf, row in zip(leaves, rows, strict=True):
+        for node in tree.path(leaf)[1:]:
+            if tree.nodes[node].generated_ids and starts[node] < len(row):
+                per_child.setdefault(node, []).append(float(row[starts[node]]))
+    children: dict[int, list[int]] = {}
+    for node in per_child:
+        children.setdefault(tree.nodes[node].parent, []).append(node)
+    return [[sum(per_child[c]) / len(per_child[c]) for c in kids] for kids in children.values() if len(kids) >= 2]
+
+
+def _segment_starts(tree: RolloutTree) -> list[int]:
+    """Each node's first id's position in the rows of its leaves (the root's prompt ids come first)."""
+    starts = [0] * len(tree.nodes)
+    for node in tree.nodes[1:]:  # parents come before children
+        starts[node.index] = starts[node.parent] + tree.nodes[node.parent].num_tokens
+    return starts
 
 
 def _lengths(tree: RolloutTree) -> list[int]:
