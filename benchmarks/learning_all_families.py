@@ -56,9 +56,9 @@ REPO = Path(__file__).resolve().parents[1]
 RECIPES = REPO / "agents" / "recipes"
 FAMILY_RECIPES: dict[str, Path] = {
     "textworld": RECIPES / "quickstart.yaml",
-    "tools": RECIPES / "tools-tree.yaml",
+    "tools": RECIPES / "tools-tiny.yaml",
     "code": RECIPES / "code-tiny.yaml",
-    "rtl": RECIPES / "rtl-tree.yaml",
+    "rtl": RECIPES / "rtl-tiny.yaml",
     "web": RECIPES / "web-tree.yaml",
 }
 """Each family's CPU recipe (``--recipe FAMILY=PATH`` replaces one)."""

@@ -131,7 +131,7 @@ def test_arguments_are_checked_and_dry_run_prints_commands_only(bench: ModuleTyp
     assert len(lines) == 4 and not out.exists()
     assert lines[0] == (f"{sys.executable} -m rlvr_gym.cli train {bench.RECIPES / 'code-tiny.yaml'} "
                         f"train.num_steps=3 seed=1 output.dir={out / 'runs' / 'code-seed1'}")
-    assert "rtl-tree.yaml" in lines[3] and lines[3].endswith(f"seed=2 output.dir={out / 'runs' / 'rtl-seed2'}")
+    assert "rtl-tiny.yaml" in lines[3] and lines[3].endswith(f"seed=2 output.dir={out / 'runs' / 'rtl-seed2'}")
 
 
 TINY = ["sft.max_steps=5", "sft.num_demos=40", "model.corpus_episodes=40", "train.num_steps=2",
