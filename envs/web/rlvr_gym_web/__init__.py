@@ -4,6 +4,9 @@ Ids:
     ``web/MiniWoB-v0``: MiniWoB++ pages from the ``miniwob`` wheel, rewarded by the page's success signal.
     ``web/FileManager-v0``, ``web/Mail-v0``, ``web/Planner-v0``, ``web/Sheet-v0``, ``web/Settings-v0``: desktop-like
     apps written for rlvr_gym (``rlvr_gym_web/apps``), with GUI and API actions and state-checked rewards.
+    ``web/Widgets-v0``: generated one-record edits on a small page (a dialog, tabs, a search box or a two-step
+    wizard; 2-4 actions, pages of ~60-150 tokens, held-out layout-and-change combinations in
+    ``web/widgets-test``): the web tasks a ~1M-parameter model can learn (:mod:`rlvr_gym_web.desktop.widgets`).
 """
 
 from rlvr_gym.registry import register
@@ -32,3 +35,13 @@ for _name, (_app, _what) in DESKTOP_APPS.items():
         max_turns=30,
         default_suite=f"web/{_app}",
     )
+
+register(
+    "web/Widgets-v0",
+    "rlvr_gym_web.desktop.env:DesktopEnv",
+    description="Generated one-record edits (dialog, tabs, search, wizard) on a small page; the commit ends "
+                "the episode; state-checked reward.",
+    kwargs={"app": "widgets", "page_header": False},
+    max_turns=8,
+    default_suite="web/widgets-test",
+)

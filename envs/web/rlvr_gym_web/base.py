@@ -57,6 +57,8 @@ class BrowserEnv(Env):
         max_tree_lines: the page text is cut after this many element lines.
         screenshot_dir: when set, every observation also saves a PNG there and puts its path in
             ``info["screenshot_path"]``.
+        page_header: show the ``URL:`` and ``Title:`` lines; False for generated one-page apps, where they
+            say nothing new and cost ~25 tokens a page.
 
     Version History:
         v0: first version.
@@ -72,6 +74,7 @@ class BrowserEnv(Env):
         max_tree_lines: int = 300,
         screenshot_dir: str | None = None,
         render_mode: str | None = None,
+        page_header: bool = True,
     ) -> None:
         super().__init__(max_turns=max_turns, render_mode=render_mode)
         if action_timeout_s <= 0:
@@ -79,6 +82,7 @@ class BrowserEnv(Env):
         self.action_timeout_s = action_timeout_s
         self.max_tree_lines = max_tree_lines
         self.screenshot_dir = Path(screenshot_dir) if screenshot_dir else None
+        self.page_header = page_header
         self._host: BrowserHost | None = None
         self._context: Any = None
         self.page: Any = None
@@ -218,7 +222,9 @@ class BrowserEnv(Env):
     # -- observation ----------------------------------------------------------------------------------
     def _observe(self, info: dict[str, Any], error: str = "") -> str:
         tree = self.page.evaluate(_OBSERVE_JS, self.max_tree_lines)
-        lines = [f"Goal: {self.goal}", f"URL: {self.page.url}", f"Title: {tree['title']}"]
+        lines = [f"Goal: {self.goal}"]
+        if self.page_header:
+            lines += [f"URL: {self.page.url}", f"Title: {tree['title']}"]
         if error:
             lines.append(error)
         lines.append("Page:")

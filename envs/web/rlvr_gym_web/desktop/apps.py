@@ -1,9 +1,11 @@
 """The desktop apps' task generators, tool schemas, verifiers and scripted solvers, by app name.
 
-Each app module (``files``, ``mail``, ``todo``, ``sheet``, ``settings``) provides ``TOOLS`` (JSON schemas),
-``KINDS`` (task kinds), ``generate(rng, kind) -> data``, a pure ``verify(data, state, answer) -> RewardResult``
-and ``gui_solver(data)`` (a scripted GUI agent). ``data`` also carries ``api_gold`` (an API-only solution)
-and ``wrong`` (a deliberately wrong solution).
+Each app module (``files``, ``mail``, ``todo``, ``sheet``, ``settings``, ``widgets``) provides ``TOOLS`` (JSON
+schemas), ``KINDS`` (task kinds), ``generate(rng, kind) -> data``, a pure ``verify(data, state, answer) ->
+RewardResult`` and ``gui_solver(data)`` (a scripted GUI agent). The five apps' ``data`` also carries ``api_gold``
+(an API-only solution) and ``wrong`` (a deliberately wrong solution). Optional: ``ENDS_ON_SUBMIT = True`` (the
+page's commit ends the episode) and ``admissible_actions(data, observation)`` (listed in
+``info["admissible_actions"]``); ``widgets`` has both and no tools.
 """
 
 from __future__ import annotations
@@ -14,10 +16,11 @@ from typing import Any
 import numpy as np
 
 from rlvr_gym.verifier import RewardResult
-from rlvr_gym_web.desktop import files, mail, settings, sheet, todo
+from rlvr_gym_web.desktop import files, mail, settings, sheet, todo, widgets
 from rlvr_gym_web.desktop.common import GuiSolver
 
-APPS: dict[str, ModuleType] = {"files": files, "mail": mail, "todo": todo, "sheet": sheet, "settings": settings}
+APPS: dict[str, ModuleType] = {"files": files, "mail": mail, "todo": todo, "sheet": sheet, "settings": settings,
+                               "widgets": widgets}
 
 
 def _module(app: str) -> ModuleType:
@@ -54,3 +57,14 @@ def tool_schemas(app: str) -> list[dict[str, Any]]:
 def gui_solver(data: dict[str, Any]) -> GuiSolver:
     """A scripted GUI agent for the task (start with ``next()``, then ``send(observation)``)."""
     return _module(data["app"]).gui_solver(data)  # type: ignore[no-any-return]
+
+
+def ends_on_submit(app: str) -> bool:
+    """Whether the app's page ends the episode by committing (``state["submitted"]``), not only ``done()``."""
+    return bool(getattr(_module(app), "ENDS_ON_SUBMIT", False))
+
+
+def admissible_actions(data: dict[str, Any], observation: str) -> list[str] | None:
+    """The actions the app lists for this page (None when the app lists none)."""
+    lister = getattr(_module(data["app"]), "admissible_actions", None)
+    return None if lister is None else list(lister(data, observation))

@@ -9,9 +9,15 @@ An agent may act through the GUI (clicks, fills, ...), through the app's API too
 schemas in ``info["tools"]``), or both: ComputerRL's API-GUI paradigm (Lai et al., 2025, arXiv:2508.14040).
 API calls run the same JavaScript the GUI's handlers run, so either path changes the same state.
 
-The episode ends when the agent calls ``done()`` (or ``answer("...")`` for question tasks). The app state
+The episode ends when the agent calls ``done()`` (or ``answer("...")`` for question tasks), or, in an app
+whose page commits (``widgets``: its OK/Save/Finish button), when the page has committed. The app state
 is then read from the page (``window.app.getState()``) and scored by the app's pure verifier over that
-state (:func:`rlvr_gym_web.desktop.apps.verify`). Reaching the turn limit ends it with reward 0.
+state (:func:`rlvr_gym_web.desktop.apps.verify`). Reaching the turn limit ends it with reward 0. Apps that
+list their page's actions (``widgets``) put them in ``info["admissible_actions"]`` at reset and after each
+step that does not end the episode.
+
+``web/Widgets-v0`` (app ``widgets``, :mod:`rlvr_gym_web.desktop.widgets`) runs without the URL and title
+lines (``page_header=False``): generated one-record edits whose pages fit a tiny model's context.
 
 Version History:
     v0: first version.
@@ -23,6 +29,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from rlvr_gym.core import StepResult
 from rlvr_gym.verifier import RewardResult
 from rlvr_gym_web.actions import Action
 from rlvr_gym_web.base import BrowserEnv, ToolError
@@ -36,7 +43,7 @@ class DesktopEnv(BrowserEnv):
     """One desktop-like app in Chromium, with GUI and API actions. See the module docstring.
 
     Args:
-        app: ``files``, ``mail``, ``todo``, ``sheet`` or ``settings``.
+        app: ``files``, ``mail``, ``todo``, ``sheet``, ``settings`` or ``widgets``.
         **kwargs: passed to :class:`rlvr_gym_web.base.BrowserEnv`.
 
     Raises:
@@ -70,6 +77,22 @@ class DesktopEnv(BrowserEnv):
         self.page.wait_for_function("() => window.app !== undefined")
         return str(data["instruction"])
 
+    def _reset(self, task: Any) -> tuple[str, dict[str, Any]]:
+        observation, info = super()._reset(task)
+        self._list_actions(observation, info)
+        return observation, info
+
+    def _step(self, action_text: str) -> StepResult:
+        result = super()._step(action_text)
+        if not result.terminated:
+            self._list_actions(result.observation, result.info)
+        return result
+
+    def _list_actions(self, observation: str, info: dict[str, Any]) -> None:
+        admissible = apps.admissible_actions(self.data, observation)
+        if admissible is not None:
+            info["admissible_actions"] = admissible
+
     def _tool_schemas(self) -> list[dict[str, Any]]:
         return apps.tool_schemas(self.app)
 
@@ -82,8 +105,13 @@ class DesktopEnv(BrowserEnv):
         return str(result)
 
     def _verdict(self, action: Action | None) -> RewardResult | None:
-        if action is None or action.is_api or action.name not in ("done", "answer"):
+        if action is None or action.is_api:
             return None
+        if action.name not in ("done", "answer"):
+            if not apps.ends_on_submit(self.app):
+                return None
+            state = self.page.evaluate("() => window.app.getState()")
+            return apps.verify(self.data, state, None) if state.get("submitted") else None
         state = self.page.evaluate("() => window.app.getState()")
         return apps.verify(self.data, state, action.args.get("text"))
 
