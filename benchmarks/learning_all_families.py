@@ -59,7 +59,7 @@ FAMILY_RECIPES: dict[str, Path] = {
     "tools": RECIPES / "tools-tiny.yaml",
     "code": RECIPES / "code-tiny.yaml",
     "rtl": RECIPES / "rtl-tiny.yaml",
-    "web": RECIPES / "web-tree.yaml",
+    "web": RECIPES / "web-tiny.yaml",
 }
 """Each family's CPU recipe (``--recipe FAMILY=PATH`` replaces one)."""
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "learning_all_families"
