@@ -313,9 +313,6 @@ class ClusterConfig:
     Ray on this machine."""
     backend: str = "auto"
     """torch.distributed backend of the learner group: ``gloo``, ``nccl`` or ``auto`` (nccl on CUDA, else gloo)."""
-    learner_strategy: str = "ddp"
-    """How the learner ranks hold the model: ``ddp`` (a whole replica each, gradients all-reduced) or ``fsdp2``
-    (``torch.distributed.fsdp.fully_shard``: parameters, gradients and optimizer state sharded over the ranks)."""
     rollout_timeout_s: float | None = 600.0
     """Seconds the trainer waits for a rollout worker's shard of a step before it declares the worker hung, kills
     and restarts it, and records the shard's episodes as ``timeout`` failures; null: wait forever."""
@@ -400,8 +397,6 @@ class TrainConfig:
                               "cluster.rollout_workers >= 1")
         if cluster.backend not in ("auto", "gloo", "nccl"):
             raise ConfigError(f"cluster.backend must be auto, gloo or nccl, got {cluster.backend!r}")
-        if cluster.learner_strategy not in ("ddp", "fsdp2"):
-            raise ConfigError(f"cluster.learner_strategy must be ddp or fsdp2, got {cluster.learner_strategy!r}")
         if cluster.rollout_timeout_s is not None and not cluster.rollout_timeout_s > 0:
             raise ConfigError(f"cluster.rollout_timeout_s must be > 0 seconds (or null: no timeout), got "
                               f"{cluster.rollout_timeout_s}")
