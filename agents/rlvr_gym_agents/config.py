@@ -344,6 +344,9 @@ class ClusterConfig:
     Ray on this machine."""
     backend: str = "auto"
     """torch.distributed backend of the learner group: ``gloo``, ``nccl`` or ``auto`` (nccl on CUDA, else gloo)."""
+    rollout_timeout_s: float | None = 600.0
+    """Seconds the trainer waits for a rollout worker's shard of a step before it declares the worker hung, kills
+    and restarts it, and records the shard's episodes as ``timeout`` failures; null: wait forever."""
 
 
 @dataclasses.dataclass
@@ -433,6 +436,9 @@ class TrainConfig:
                               "cluster.rollout_workers >= 1")
         if cluster.backend not in ("auto", "gloo", "nccl"):
             raise ConfigError(f"cluster.backend must be auto, gloo or nccl, got {cluster.backend!r}")
+        if cluster.rollout_timeout_s is not None and not cluster.rollout_timeout_s > 0:
+            raise ConfigError(f"cluster.rollout_timeout_s must be > 0 seconds (or null: no timeout), got "
+                              f"{cluster.rollout_timeout_s}")
 
     def _derive_rollout(self) -> None:
         """Validates the sampler and credit choice and fills the tree section's derived fields."""

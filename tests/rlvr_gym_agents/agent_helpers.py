@@ -54,3 +54,17 @@ def training_batch(rollout, credit="soft", estimator="grpo"):  # type: ignore[no
 
     batch = RolloutBatch([t for tree in rollout.trees for t in tree.trajectories()], rollout.trees)
     return batch.trajectories, CREDIT[credit].fn(batch, CreditConfig(credit, estimator))
+
+
+HANGING_ECHO = "tests.rlvr_gym_agents.hanging_env:testing/HangingEcho-v0"
+"""The env id of ``hanging_env.HangingEchoEnv`` (imported by whoever makes it: a Ray rollout worker)."""
+
+
+def hanging_tasks(num_tasks, started_file=None, split="train"):  # type: ignore[no-untyped-def]
+    """``echo_tasks(num_tasks)`` on :data:`HANGING_ECHO` whose first step blocks forever, after creating
+    ``started_file`` (a path, optional)."""
+    from rlvr_gym.testing.toy import echo_tasks
+
+    extra = {"hang": True, **({"started_file": str(started_file)} if started_file is not None else {})}
+    return [task.model_copy(update={"id": f"hang-{task.id}", "env_id": HANGING_ECHO, "data": {**task.data, **extra}})
+            for task in echo_tasks(num_tasks, split)]

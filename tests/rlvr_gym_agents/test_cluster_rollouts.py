@@ -1,7 +1,10 @@
 """Rollout workers on Ray (issue 27): sharding, ordering, weight broadcast, async staleness, a worker killed during a
-flat and during a tree rollout, and ``train`` end to end with ``cluster.rollout_workers`` (sync, async, resume).
+flat and during a tree rollout, a hung worker given up after ``cluster.rollout_timeout_s`` (sync and async), and
+``train`` end to end with ``cluster.rollout_workers`` (sync, async, resume).
 
-One Ray session for the module (starting Ray costs seconds); the workers run the tiny Echo model."""
+One Ray session for the module (starting Ray costs seconds); the workers run the tiny Echo model. A worker is made to
+hang (or to be killed mid-step) by a task of ``testing/HangingEcho-v0`` (``hanging_env.py``), whose first step blocks
+forever after creating a file the test waits for."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from typing import Any
 
 import pytest
 import torch
+from agent_helpers import hanging_tasks
 from rlvr_gym_agents.cluster import AsyncRollouts, RolloutWorker, RolloutWorkers, drop_stale
 from rlvr_gym_agents.cluster.rollout_workers import failed_batch, merge_batches, shard_bounds
 from rlvr_gym_agents.config import TrainConfig, load_config
@@ -158,54 +162,67 @@ def test_broadcast_weights_reach_every_worker_with_their_version(flat_workers: R
         t.token_ids for t in after.trajectories]
 
 
-def _kill_during(workers: RolloutWorkers, tasks: list[Any], step: int, victim: int) -> RolloutBatch:
-    """Submits a step, SIGKILLs ``victim`` while its shard is still being sampled, and collects the step."""
+def _victim_tasks(started: Path) -> list[Any]:
+    """4 tasks for 2 workers: worker 0's shard (groups 0 and 1) starts with a task whose first env step blocks forever
+    (after creating ``started``), so it cannot finish on any machine; worker 1's two tasks are plain Echo."""
+    return hanging_tasks(1, started) + echo_tasks(3)
+
+
+def _wait_for(path: Path, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} was not created within {timeout_s:g} s"
+        time.sleep(0.05)
+
+
+def _kill_during(workers: RolloutWorkers, tasks: list[Any], step: int, victim: int, started: Path) -> RolloutBatch:
+    """Submits a step, SIGKILLs ``victim`` once its shard is inside an env step (``started`` exists; the step never
+    returns), and collects the step."""
     workers.worker_pids()  # asked before the step: a busy worker answers only after it
     pending = workers.submit(tasks, step)
-    time.sleep(0.05)  # the worker has started on its shard
-    import ray
-
-    ready, _ = ray.wait([pending.shards[victim][-1]], timeout=0)
-    assert not ready, "the shard finished before the kill: give it more work"
+    _wait_for(started)
     workers.kill_worker(victim)
     return workers.collect(pending)
 
 
-def _assert_only_the_victims_episodes_crashed(batch: RolloutBatch, victim_groups: set[int]) -> None:
+def _assert_only_the_victims_episodes_failed(batch: RolloutBatch, victim_groups: set[int],
+                                             kind: FailureKind = FailureKind.ENV_CRASH) -> None:
     for trajectory in batch.trajectories:
-        crashes = [f for f in trajectory.failures if f.kind is FailureKind.ENV_CRASH]
+        failed = [f for f in trajectory.failures if f.kind is kind]
         if trajectory.group in victim_groups:
-            assert len(crashes) == 1 and crashes[0].details["rollout_worker"] == 0
-        else:
-            assert not crashes and trajectory.token_ids
+            assert len(failed) == 1 and failed[0].details["rollout_worker"] == 0 and trajectory.truncated
+            assert not trajectory.token_ids
+        else:  # sampled: maybe a parse error of the untrained model, never a lost worker's failure
+            assert not failed and trajectory.token_ids
+            assert not any(f.kind in (FailureKind.ENV_CRASH, FailureKind.TIMEOUT) for f in trajectory.failures)
 
 
 def test_a_worker_killed_during_a_flat_rollout_costs_its_episodes(flat_workers: RolloutWorkers,
-                                                                   tiny_model_dir: Path) -> None:
+                                                                   tiny_model_dir: Path, tmp_path: Path) -> None:
     flat_workers.sync_weights(_weights(tiny_model_dir).items(), version=3)
     old_pid, restarts = flat_workers.worker_pids()[0], flat_workers.restarts
-    tasks = echo_tasks(8) * 8  # 64 tasks x 2 episodes: long enough to be killed mid-way
-    batch = _kill_during(flat_workers, tasks, step=4, victim=0)
-    assert len(batch.trajectories) == 128 and flat_workers.restarts == restarts + 1
-    _assert_only_the_victims_episodes_crashed(batch, victim_groups=set(range(32)))
+    batch = _kill_during(flat_workers, _victim_tasks(tmp_path / "started"), step=4, victim=0,
+                         started=tmp_path / "started")
+    assert len(batch.trajectories) == 8 and flat_workers.restarts == restarts + 1
+    _assert_only_the_victims_episodes_failed(batch, victim_groups={0, 1})
     assert flat_workers.worker_pids()[0] != old_pid
     again = flat_workers.sample_batch(echo_tasks(4), step=5)  # the new worker has the latest weights
     assert {t.policy_version for t in again.trajectories} == {3}
     assert not any(f.kind is FailureKind.ENV_CRASH for t in again.trajectories for f in t.failures)
 
 
-def test_a_worker_killed_during_a_tree_rollout_and_the_step_completes(ray_session: None,
-                                                                       tiny_model_dir: Path) -> None:
+def test_a_worker_killed_during_a_tree_rollout_and_the_step_completes(ray_session: None, tiny_model_dir: Path,
+                                                                       tmp_path: Path) -> None:
     config = _config("rollout.sampler=tree", "algorithm.credit=treerl", "train.group_size=4",
                      "rollout.tree.branch.alpha=0.5", "algorithm.drop_zero_variance_groups=false")
-    tasks = echo_tasks(8) * 4
     with RolloutWorkers(config, str(tiny_model_dir), num_threads=1, worker_num_cpus=1) as workers:
         weights = _weights(tiny_model_dir)
         workers.sync_weights(weights.items(), version=0)
-        batch = _kill_during(workers, tasks, step=1, victim=0)
-        assert workers.restarts == 1 and len(batch.trees or []) == 32
-        assert batch.metrics["tree/leaves_per_task"] == [4] * 32
-        _assert_only_the_victims_episodes_crashed(batch, victim_groups=set(range(16)))
+        batch = _kill_during(workers, _victim_tasks(tmp_path / "started"), step=1, victim=0,
+                             started=tmp_path / "started")
+        assert workers.restarts == 1 and len(batch.trees or []) == 4
+        assert batch.metrics["tree/leaves_per_task"] == [4] * 4
+        _assert_only_the_victims_episodes_failed(batch, victim_groups={0, 1})
         advantages = assign_credit(batch, credit_config(config))  # the rest of the RL step runs on it
         policy = TransformersPolicy.from_pretrained(str(tiny_model_dir))
         optimizer = torch.optim.AdamW(policy.model.parameters(), lr=1e-3)
@@ -234,6 +251,70 @@ def test_async_sampling_runs_a_step_ahead_with_bounded_staleness(flat_workers: R
     third = sampler.sample_batch(echo_tasks(5), step=3)  # the last step: nothing submitted beyond it
     assert drawn == [2, 3] and {t.policy_version for t in third.trajectories} == {1}
     assert len(third.trajectories) == 10
+
+
+@pytest.fixture(scope="module")
+def timeout_workers(ray_session: None, tiny_model_dir: Path) -> Iterator[RolloutWorkers]:
+    """2 workers that give a shard up after 3 s."""
+    config = _config(f"cluster.rollout_timeout_s={TIMEOUT_S}")
+    with RolloutWorkers(config, str(tiny_model_dir), num_threads=1, worker_num_cpus=1) as workers:
+        yield workers
+
+
+TIMEOUT_S = 3.0
+
+
+def test_a_hung_worker_is_killed_after_the_timeout_and_its_episodes_become_timeout_failures(
+        timeout_workers: RolloutWorkers, tiny_model_dir: Path, tmp_path: Path) -> None:
+    workers = timeout_workers
+    workers.sync_weights(_weights(tiny_model_dir).items(), version=2)  # waits until the workers have started
+    old_pid, restarts = workers.worker_pids()[0], workers.restarts
+    began = time.monotonic()
+    batch = workers.sample_batch(_victim_tasks(tmp_path / "started"), step=1)
+    took = time.monotonic() - began
+    assert (tmp_path / "started").exists() and TIMEOUT_S <= took < 120  # it waited for the hung shard, then no more
+    assert workers.restarts == restarts + 1 and len(batch.trajectories) == 8
+    _assert_only_the_victims_episodes_failed(batch, victim_groups={0, 1}, kind=FailureKind.TIMEOUT)
+    failure = batch.trajectories[0].failures[0]
+    assert failure.details == {"rollout_worker": 0, "timeout_s": TIMEOUT_S} and "hung" in failure.message
+    assert {t.policy_version for t in batch.trajectories} == {2}
+    _wait_until_gone(old_pid)  # ray.kill ended the hung process
+    again = workers.sample_batch(echo_tasks(4), step=2)  # the restarted worker has the latest weights
+    assert [t.group for t in again.trajectories] == [0, 0, 1, 1, 2, 2, 3, 3]
+    _assert_only_the_victims_episodes_failed(again, victim_groups=set())
+    assert {t.policy_version for t in again.trajectories} == {2} and workers.worker_pids()[0] != old_pid
+
+
+def test_a_hung_worker_in_async_mode_and_the_next_step_is_resampled_on_its_successor(
+        timeout_workers: RolloutWorkers, tiny_model_dir: Path, tmp_path: Path) -> None:
+    workers = timeout_workers
+    workers.sync_weights(_weights(tiny_model_dir).items(), version=0)
+    restarts = workers.restarts
+    sampler = AsyncRollouts(workers, lambda step: echo_tasks(4), last_step=2, max_staleness=1)
+    first = sampler.sample_batch(_victim_tasks(tmp_path / "started"), step=1)  # step 2 goes in behind it
+    assert workers.restarts == restarts + 1
+    _assert_only_the_victims_episodes_failed(first, victim_groups={0, 1}, kind=FailureKind.TIMEOUT)
+    sampler.sync_weights(_weights(tiny_model_dir, noise=0.1).items(), version=1)  # step 2 in flight: no wait
+    second = sampler.sample_batch(echo_tasks(4), step=2)
+    _assert_only_the_victims_episodes_failed(second, victim_groups=set())
+    assert len(second.trajectories) == 8
+    # worker 0's shard of step 2 had been queued on the killed worker: its successor sampled it after loading
+    # version 1; worker 1 sampled its shard before that load
+    assert [t.policy_version for t in second.trajectories] == [1] * 4 + [0] * 4
+    assert second.metrics["async/stale_dropped"] == 0
+
+
+def _wait_until_gone(pid: int, timeout_s: float = 30.0) -> None:
+    import os
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        assert time.monotonic() < deadline, f"the hung worker's process {pid} still runs"
+        time.sleep(0.1)
 
 
 # -- train end to end -----------------------------------------------------------------------------------------

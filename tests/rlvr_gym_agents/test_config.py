@@ -111,6 +111,15 @@ def test_cluster_section_reads_the_async_key_and_checks_its_values():
         load_config(None, ["cluster.asynch=true"])
 
 
+def test_cluster_rollout_timeout_is_checked() -> None:
+    assert load_config(None).cluster.rollout_timeout_s == 600.0
+    assert load_config(None, ["cluster.rollout_timeout_s=null"]).cluster.rollout_timeout_s is None
+    assert load_config(None, ["cluster.rollout_timeout_s=2.5"]).cluster.rollout_timeout_s == 2.5
+    for bad in ("0", "-1", ".nan"):
+        with pytest.raises(ConfigError, match="rollout_timeout_s must be > 0 seconds"):
+            load_config(None, [f"cluster.rollout_timeout_s={bad}"])
+
+
 @pytest.mark.parametrize(("overrides", "threads"), [
     (["env.env_id=textworld/ALFWorld-Easy-v0"], 0),  # in-memory: the GIL leaves nothing to gain
     (["env.env_id=code/HumanEval-v0"], 4),  # steps wait on sandboxes

@@ -27,7 +27,12 @@ its first step is sampled with the checkpoint's weights (staleness 0), no step i
 Faults: a worker whose process dies (SIGKILL, out of memory) during a step is replaced by a fresh actor that loads
 the latest weights; the episodes of its shard become typed ``ENV_CRASH`` failures (``details["rollout_worker"]``)
 in the trajectories (trees: each task a failed root with ``num_leaves`` failed leaves) and the step completes.
-A hung worker is not detected (no timeout).
+A hung worker (an env step that never returns, a deadlock) is found by ``cluster.rollout_timeout_s``: a shard that
+has not come back that many seconds after the trainer began waiting for its step is given up, its worker killed
+(``ray.kill``) and replaced the same way, and its episodes become ``TIMEOUT`` failures (the kind the env pool gives a
+hung env worker, :mod:`rlvr_gym.workers`; ``details`` has ``rollout_worker`` and ``timeout_s``). In async mode the
+clock starts when the trainer asks for the step, not when it was submitted (a shard queued behind the previous
+step's is not counted as late).
 
 Ray is started or joined through :func:`rlvr_gym.workers.ensure_ray` (``cluster.ray_address``); the workers end,
 and a Ray instance this object started shuts down, on :meth:`RolloutWorkers.close`.
@@ -39,6 +44,7 @@ import contextlib
 import dataclasses
 import os
 import signal
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Self
 
@@ -197,6 +203,7 @@ class RolloutWorkers:
         self._loads: list[Any] = []  # load_weights refs not waited for (async mode)
         self._pids: dict[int, int] = {}
         self.restarts = 0
+        self.timeout_s = config.cluster.rollout_timeout_s
 
     # -- the sampler interface ------------------------------------------------------------------------------
     def sample_batch(self, tasks: Sequence[Task], step: int) -> RolloutBatch:
@@ -213,21 +220,38 @@ class RolloutWorkers:
         return Pending(step, [t.id for t in tasks], shards)
 
     def collect(self, pending: Pending) -> RolloutBatch:
-        """Waits for a submitted step. A shard whose worker died during it becomes failed episodes (the worker is
-        restarted); one sent to a worker that had already died and been replaced is sampled again by the new one."""
-        batches = []
-        lost = (self._ray.exceptions.RayActorError, self._ray.exceptions.WorkerCrashedError)
-        for index, actor, block, offset, ref in pending.shards:
-            try:
-                batches.append(self._ray.get(ref))
-                continue
-            except lost as error:
-                if actor is self._actors[index]:
-                    self._restart(index)
-                    batches.append(self._failed_shard(block, offset, index, error))
-                    continue
-            batches.append(self._ray.get(self._actors[index].sample.remote(block, pending.step, offset)))
+        """Waits for a submitted step, at most :attr:`timeout_s` (``cluster.rollout_timeout_s``) from now. A shard
+        whose worker died during it, or that did not come back in time, becomes failed episodes (the worker is killed
+        and restarted); one sent to a worker that had already died and been replaced is sampled again by the new one
+        (with a fresh timeout)."""
+        deadline = None if self.timeout_s is None else time.monotonic() + self.timeout_s
+        batches = [self._shard(pending.step, index, actor, block, offset, ref, deadline)
+                   for index, actor, block, offset, ref in pending.shards]
         return merge_batches(batches, self.config.rollout.sampler == "tree")
+
+    def _shard(self, step: int, index: int, actor: Any, block: list[Task], offset: int, ref: Any,
+               deadline: float | None) -> RolloutBatch:
+        """One worker's shard of a step, or its episodes as failures when the worker died or hung."""
+        lost = (self._ray.exceptions.RayActorError, self._ray.exceptions.WorkerCrashedError)
+        try:
+            return self._ray.get(ref, timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
+        except self._ray.exceptions.GetTimeoutError:
+            if actor is not self._actors[index]:  # hung on a worker already replaced: end it, keep its successor
+                self._ray.kill(actor, no_restart=True)
+            else:
+                self._restart(index)  # kills the hung actor first
+            return self._lost_shard(block, offset, index, FailureKind.TIMEOUT,
+                                    f"did not return its shard within {self.timeout_s:g} s (hung)",
+                                    {"timeout_s": self.timeout_s})
+        except lost as error:
+            if actor is self._actors[index]:
+                self._restart(index)
+                message = str(error).splitlines()[0][:300] if str(error) else type(error).__name__
+                return self._lost_shard(block, offset, index, FailureKind.ENV_CRASH, "died during the step",
+                                        {"error": message})
+        retry = self._actors[index]  # the shard went to a worker replaced since: its successor samples it
+        fresh = None if self.timeout_s is None else time.monotonic() + self.timeout_s
+        return self._shard(step, index, retry, block, offset, retry.sample.remote(block, step, offset), fresh)
 
     def cancel(self, pending: Pending) -> None:
         """Cancels a submitted step: shards still queued never run (a running one finishes; Ray does not interrupt
@@ -302,11 +326,12 @@ class RolloutWorkers:
         if self._weights is not None:
             self._ray.get(self._actors[index].load_weights.remote(self.version, self._weights))
 
-    def _failed_shard(self, tasks: list[Task], offset: int, index: int, error: Exception) -> RolloutBatch:
-        """The record of a shard whose worker died: every episode truncated with an ``ENV_CRASH`` failure."""
-        message = str(error).splitlines()[0][:300] if str(error) else type(error).__name__
-        failure = Failure(FailureKind.ENV_CRASH, f"rollout worker {index} died during the step; it was restarted",
-                          {"rollout_worker": index, "error": message})
+    def _lost_shard(self, tasks: list[Task], offset: int, index: int, kind: FailureKind, what: str,
+                    details: dict[str, Any]) -> RolloutBatch:
+        """The record of a shard whose worker died (``ENV_CRASH``) or hung (``TIMEOUT``) and was restarted: every
+        episode truncated with one failure of ``kind`` saying ``what`` happened (``details`` plus the worker)."""
+        failure = Failure(kind, f"rollout worker {index} {what}; it was restarted",
+                          {"rollout_worker": index, **details})
         return failed_batch(tasks, offset, self.config.train.group_size, self.config.rollout.sampler == "tree",
                             failure, self.version)
 
