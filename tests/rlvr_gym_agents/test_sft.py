@@ -289,9 +289,10 @@ def test_in_memory_envs_keep_one_mistake_generator_in_order() -> None:
     before threading existed (the quickstart's warm start is unchanged)."""
     import random
 
-    from rlvr_gym import Task
     from rlvr_gym_agents.config import load_config
     from rlvr_gym_agents.warmstart.demonstrations import collect_demonstrations, demonstrate, load_expert
+
+    from rlvr_gym import Task
 
     config = load_config(None, ["env.env_id=textworld/ALFWorld-Starter-v0", "sft.expert=oracle",
                                 "sft.mistake_rate=0.3"])
