@@ -200,6 +200,22 @@ HF_COLUMNS = ("id", "env_id", "options", "data", "gold", "wrong", "split", "meta
 _JSON_COLUMNS = frozenset({"options", "data", "metadata"})
 
 
+def check_generator_range(split: str, splits: Iterable[str], num_tasks: int, seed_offset: int,
+                          max_per_split: int) -> None:
+    """Checks the arguments of a family's task generator ``generate_tasks(env_id, split, num_tasks, seed_offset)``
+    (the ``sft.demo_tasks`` signature): a known split and task indices ``seed_offset .. seed_offset + num_tasks``
+    within the ``max_per_split`` seeds each split owns.
+
+    Raises:
+        ValueError: naming the splits, or the range that leaves the split's seeds.
+    """
+    names = list(splits)
+    if split not in names:
+        raise ValueError(f"split must be one of {', '.join(names)}, got {split!r}")
+    if num_tasks < 0 or seed_offset < 0 or seed_offset + num_tasks > max_per_split:
+        raise ValueError(f"need 0 <= seed_offset + num_tasks <= {max_per_split}, got {seed_offset}+{num_tasks}")
+
+
 def _import_datasets() -> Any:
     try:
         import datasets

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rlvr_gym.tasks import Split, Task
+from rlvr_gym.tasks import Split, Task, check_generator_range
 from rlvr_gym_textworld.generator import generate_world, get_difficulty
 from rlvr_gym_textworld.oracle import oracle_plan, wrong_plan
 
@@ -46,10 +46,7 @@ def generate_tasks(env_id: str, split: Split, num_tasks: int, seed_offset: int =
     """
     if env_id not in ENV_DIFFICULTY:
         raise ValueError(f"no text-world env {env_id!r}; expected one of {', '.join(ENV_DIFFICULTY)}")
-    if split not in SPLIT_SEED_BASE:
-        raise ValueError(f"split must be one of {', '.join(SPLIT_SEED_BASE)}, got {split!r}")
-    if num_tasks < 0 or seed_offset < 0 or seed_offset + num_tasks > MAX_TASKS_PER_SPLIT:
-        raise ValueError(f"need 0 <= seed_offset + num_tasks <= {MAX_TASKS_PER_SPLIT}, got {seed_offset}+{num_tasks}")
+    check_generator_range(split, SPLIT_SEED_BASE, num_tasks, seed_offset, MAX_TASKS_PER_SPLIT)
     level = get_difficulty(ENV_DIFFICULTY[env_id])
     tasks = []
     for i in range(seed_offset, seed_offset + num_tasks):

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from rlvr_gym.core import Env
-from rlvr_gym.tasks import Split, Task, TaskSuite, tasks_dir
+from rlvr_gym.tasks import Split, Task, TaskSuite, check_generator_range, tasks_dir
 from rlvr_gym_tools.kb import KBConfig
 from rlvr_gym_tools.math_env import ENV_ID as MATH_ID
 from rlvr_gym_tools.math_env import MathEnv, MathOracle, generate_problem
@@ -100,12 +100,11 @@ def generate_easy_tasks(env_id: str, split: Split, num_tasks: int, seed_offset: 
         seed_offset: index of the first task.
 
     Raises:
-        ValueError: on another env id, or seeds leaving the split's range (1,000,000 per split).
+        ValueError: on another env id, another split, or seeds leaving the split's range (1,000,000 per split).
     """
     if env_id != MULTIHOP_ID:
         raise ValueError(f"generate_easy_tasks makes tasks for {MULTIHOP_ID}, not {env_id!r}")
-    if num_tasks < 0 or seed_offset < 0 or seed_offset + num_tasks > TEST_SEED_OFFSET:
-        raise ValueError(f"need 0 <= seed_offset + num_tasks <= {TEST_SEED_OFFSET}, got {seed_offset}+{num_tasks}")
+    check_generator_range(split, ("train", "test"), num_tasks, seed_offset, TEST_SEED_OFFSET)
     return [multihop_task(i, split, 1 + i % 2, "entity") for i in range(seed_offset, seed_offset + num_tasks)]
 
 

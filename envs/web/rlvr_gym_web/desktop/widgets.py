@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from rlvr_gym.core import Env
-from rlvr_gym.tasks import Split, Task
+from rlvr_gym.tasks import Split, Task, check_generator_range
 from rlvr_gym.verifier import RewardResult
 from rlvr_gym_web.desktop.common import GuiSolver, run_policy, score
 from rlvr_gym_web.observation import Node, find, parse_tree
@@ -207,10 +207,7 @@ def generate_tasks(env_id: str, split: Split, num_tasks: int, seed_offset: int =
     """
     if env_id != ENV_ID:
         raise ValueError(f"generate_tasks makes tasks for {ENV_ID}, not {env_id!r}")
-    if split not in SPLIT_SEED_BASE:
-        raise ValueError(f"split must be one of {', '.join(SPLIT_SEED_BASE)}, got {split!r}")
-    if num_tasks < 0 or seed_offset < 0 or seed_offset + num_tasks > MAX_TASKS_PER_SPLIT:
-        raise ValueError(f"need 0 <= seed_offset + num_tasks <= {MAX_TASKS_PER_SPLIT}, got {seed_offset}+{num_tasks}")
+    check_generator_range(split, SPLIT_SEED_BASE, num_tasks, seed_offset, MAX_TASKS_PER_SPLIT)
     tasks = []
     for i in range(seed_offset, seed_offset + num_tasks):
         seed = SPLIT_SEED_BASE[split] + i
