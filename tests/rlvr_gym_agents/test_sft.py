@@ -266,19 +266,19 @@ def test_time_fraction_only_when_the_time_cap_will_bind() -> None:
 
 def test_sandboxed_demonstrations_run_on_threads_and_do_not_depend_on_the_thread_count() -> None:
     """code/Synth-v0 declares concurrent steps: its demonstrations are judged on step threads, each with its own
-    mistake generator, so 1 and 4 threads give the same episodes in task order (mistakes and slips included)."""
+    mistake generator, so 0 (one after another), 1 and 4 threads give the same episodes in task order (mistakes and slips included)."""
     from rlvr_gym_agents.config import load_config
     from rlvr_gym_agents.warmstart.demonstrations import collect_demonstrations
 
     overrides = ["env.env_id=code/Synth-v0", "sft.expert=oracle", "sft.mistake_rate=0.4", "sft.invalid_rate=0.2",
                  "sft.invalid_actions=rlvr_gym_code:malformed_programs"]
     runs = {}
-    for threads in (1, 4):
+    for threads in (0, 1, 4):
         config = load_config(None, [*overrides, f"env.step_threads={threads}"])
         assert config.env.step_thread_count() == threads
         demos = collect_demonstrations(config.sft, config.env, None, 12, 5)
         runs[threads] = [(d.observations, d.actions, d.trained, d.success) for d in demos]
-    assert runs[1] == runs[4]
+    assert runs[0] == runs[1] == runs[4]
     assert len({obs[0] for obs, *_ in runs[1]}) == 12  # 12 different tasks, in task order on both
     assert any(not all(trained) for _, _, trained, _ in runs[1])  # some mistakes were injected
     assert any(len(actions) > 1 for _, actions, _, _ in runs[1])  # and judged: feedback, then the recovery

@@ -187,8 +187,8 @@ def collect_demonstrations(sft: SFTConfig, env: EnvConfig, tasks: list[Task] | N
 
     Envs that declare :attr:`rlvr_gym.Env.concurrent_steps` (their steps wait on a sandbox or a simulator) are
     demonstrated on :meth:`EnvConfig.step_thread_count` threads, each demonstration drawing its mistakes from its
-    own generator seeded by (``seed``, its index): the same demonstrations for any thread count. Other envs run
-    one after another from one generator seeded by ``seed``.
+    own generator seeded by (``seed``, its index): the same demonstrations for any thread count, 0 included. Other
+    envs run one after another from one generator seeded by ``seed``.
     """
     expert = load_expert(sft.expert)
     invalid = None if sft.invalid_actions is None else import_callable(sft.invalid_actions, "sft.invalid_actions")
@@ -201,12 +201,15 @@ def collect_demonstrations(sft: SFTConfig, env: EnvConfig, tasks: list[Task] | N
                            train_on_mistakes=sft.train_on_mistakes, invalid_rate=sft.invalid_rate,
                            invalid_actions=invalid)
 
-    threads = env.step_thread_count() if rlvr_gym.registry.spec(env.env_id).concurrent_steps else 0
-    if threads == 0:
+    if not rlvr_gym.registry.spec(env.env_id).concurrent_steps:
         rng = random.Random(seed)
         return [run(task, rng) for task in order]
+    rngs = [random.Random(seed * 1_000_003 + i) for i in range(len(order))]
+    threads = env.step_thread_count()
+    if threads == 0:  # env.step_threads=0: one after another, the same demonstrations
+        return list(map(run, order, rngs))
     with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="demonstrate") as executor:
-        return list(executor.map(run, order, [random.Random(seed * 1_000_003 + i) for i in range(len(order))]))
+        return list(executor.map(run, order, rngs))
 
 
 def demonstration_tasks(sft: SFTConfig, env: EnvConfig, train_tasks: list[Task] | None) -> list[Task] | None:
