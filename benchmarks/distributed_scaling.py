@@ -18,6 +18,9 @@ short warm start is trained once (``--sft-steps``), then each trial trains ``--r
 interleaved over ``--async-repeats`` rounds. Reported: RL steps per second over steps 2..N (async's first step has
 nothing in flight; its share of a long run is negligible) and over all N, the async / sync ratio of the medians
 (target >= 1.3x), and held-out pass@1 (sampled) after RL of each mode (target: within noise of sync).
+``--in-process`` adds the single-process trainer on every core (no Ray) as a third mode: the baseline async must
+beat to be worth its workers. ``--set`` passes recipe overrides to every trial, e.g. ``model.num_threads=1
+cluster.worker_threads=1`` (on 2 cores: the trainer and one worker each on a core of its own).
 
 Run: ``python benchmarks/distributed_scaling.py [--step-delay-s 0.5] [--episodes 8] [--repeats 3] [--web] [--async]``.
 """
@@ -66,6 +69,11 @@ def main() -> None:
                                              "(e.g. the sft_model/ of an earlier run of this benchmark)")
     parser.add_argument("--rollout-workers", type=int, default=2, help="Ray rollout workers of the async/sync trials")
     parser.add_argument("--async-repeats", type=int, default=2, help="interleaved rounds of async and sync")
+    parser.add_argument("--in-process", action="store_true",
+                        help="also the single-process trainer (no rollout workers, every core) as a third mode")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="recipe overrides of the async/sync trials (both modes), e.g. model.num_threads=1 "
+                             "cluster.worker_threads=1")
     args = parser.parse_args()
     torch.set_num_threads(1)
     # Ray workers inherit this process's environment: let them import this module (the env id above).
@@ -184,15 +192,17 @@ def async_rows(args: argparse.Namespace) -> None:
         print(f"warm start ({args.sft_steps} SFT steps) in {time.monotonic() - began:.0f} s")
     model = args.warm_model or root / "warm" / "sft_model"
     warm = [*small, f"model.path_or_id={model}", "sft.enabled=false",
-            f"train.num_steps={args.rl_steps}", f"cluster.rollout_workers={args.rollout_workers}"]
-    rates: dict[str, list[float]] = {"sync": [], "async": []}
-    overall: dict[str, list[float]] = {"sync": [], "async": []}
-    success: dict[str, list[float]] = {"sync": [], "async": []}
+            f"train.num_steps={args.rl_steps}", f"cluster.rollout_workers={args.rollout_workers}", *args.set]
+    modes = {"sync": ["cluster.async=false"], "async": ["cluster.async=true"]}
+    if args.in_process:  # the single-process trainer on all cores: what async must beat to be worth its workers
+        modes["in-process"] = ["cluster.rollout_workers=0", f"model.num_threads={os.cpu_count() or 1}"]
+    rates: dict[str, list[float]] = {mode: [] for mode in modes}
+    overall: dict[str, list[float]] = {mode: [] for mode in modes}
+    success: dict[str, list[float]] = {mode: [] for mode in modes}
     for round_index in range(args.async_repeats):
-        for mode in ("sync", "async"):
+        for mode, mode_overrides in modes.items():
             run_dir = root / f"{mode}-{round_index}"
-            summary = train(load_config(QUICKSTART, [*warm, f"cluster.async={mode == 'async'}",
-                                                     f"output.dir={run_dir}"]))
+            summary = train(load_config(QUICKSTART, [*warm, *mode_overrides, f"output.dir={run_dir}"]))
             steps = [r for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
                      if r["phase"] == "rl"]
             step_s = [r["step_s"] for r in steps]
@@ -202,13 +212,15 @@ def async_rows(args: argparse.Namespace) -> None:
             print(f"  {mode} round {round_index}: step_s {[round(s, 1) for s in step_s]}, pass@1 after "
                   f"{success[mode][-1]:.3f}", flush=True)
     print(f"quickstart (small) on {args.rollout_workers} rollout workers, {args.rl_steps} RL steps, "
-          f"{args.async_repeats} rounds")
-    print(f"{'mode':<8}{'steps/s 2..N min':>18}{'median':>9}{'max':>8}{'all N median':>14}{'pass@1 after':>16}")
+          f"{args.async_repeats} rounds, overrides {args.set or 'none'}")
+    print(f"{'mode':<11}{'steps/s 2..N min':>18}{'median':>9}{'max':>8}{'all N median':>14}{'pass@1 after':>16}")
     for mode, values in rates.items():
-        print(f"{mode:<8}{min(values):>18.3f}{statistics.median(values):>9.3f}{max(values):>8.3f}"
-              f"{statistics.median(overall[mode]):>14.3f}{'  '.join(f'{s:.3f}' for s in success[mode]):>16}")
-    print(f"async / sync (medians, steps 2..N): {statistics.median(rates['async']) / statistics.median(rates['sync']):.2f}x"
-          f"; over all N: {statistics.median(overall['async']) / statistics.median(overall['sync']):.2f}x")
+        print(f"{mode:<11}{min(values):>18.3f}{statistics.median(values):>9.3f}{max(values):>8.3f}"
+              f"{statistics.median(overall[mode]):>14.3f}  {'  '.join(f'{s:.3f}' for s in success[mode]):>14}")
+    for baseline in [mode for mode in modes if mode != "async"]:
+        print(f"async / {baseline} (medians, steps 2..N): "
+              f"{statistics.median(rates['async']) / statistics.median(rates[baseline]):.2f}x; over all N: "
+              f"{statistics.median(overall['async']) / statistics.median(overall[baseline]):.2f}x")
 
 
 if __name__ == "__main__":

@@ -347,6 +347,10 @@ class ClusterConfig:
     rollout_timeout_s: float | None = 600.0
     """Seconds the trainer waits for a rollout worker's shard of a step before it declares the worker hung, kills
     and restarts it, and records the shard's episodes as ``timeout`` failures; null: wait forever."""
+    worker_threads: int | None = None
+    """torch CPU threads of each rollout worker's policy replica; null: this machine's cores divided among the
+    workers (at least 1). In async mode the workers sample while the trainer updates with ``model.num_threads``,
+    so on a small machine the two together should not exceed its cores."""
 
 
 @dataclasses.dataclass
@@ -436,6 +440,9 @@ class TrainConfig:
                               "cluster.rollout_workers >= 1")
         if cluster.backend not in ("auto", "gloo", "nccl"):
             raise ConfigError(f"cluster.backend must be auto, gloo or nccl, got {cluster.backend!r}")
+        if cluster.worker_threads is not None and cluster.worker_threads < 1:
+            raise ConfigError(f"cluster.worker_threads must be >= 1 (or null: the cores divided among the workers), "
+                              f"got {cluster.worker_threads}")
         if cluster.rollout_timeout_s is not None and not cluster.rollout_timeout_s > 0:
             raise ConfigError(f"cluster.rollout_timeout_s must be > 0 seconds (or null: no timeout), got "
                               f"{cluster.rollout_timeout_s}")

@@ -120,6 +120,14 @@ def test_cluster_rollout_timeout_is_checked() -> None:
             load_config(None, [f"cluster.rollout_timeout_s={bad}"])
 
 
+def test_cluster_worker_threads_is_checked() -> None:
+    assert load_config(None).cluster.worker_threads is None
+    assert load_config(None, ["cluster.worker_threads=1"]).cluster.worker_threads == 1
+    for bad in ("0", "-2"):
+        with pytest.raises(ConfigError, match="worker_threads must be >= 1"):
+            load_config(None, [f"cluster.worker_threads={bad}"])
+
+
 @pytest.mark.parametrize(("overrides", "threads"), [
     (["env.env_id=textworld/ALFWorld-Easy-v0"], 0),  # in-memory: the GIL leaves nothing to gain
     (["env.env_id=code/HumanEval-v0"], 4),  # steps wait on sandboxes

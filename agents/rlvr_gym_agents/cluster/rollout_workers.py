@@ -171,8 +171,8 @@ class RolloutWorkers:
     Args:
         config: the recipe; ``cluster.rollout_workers`` actors are started, Ray per ``cluster.ray_address``.
         model_dir: the run's model directory (every worker loads its architecture and tokenizer from it).
-        num_threads: torch threads per worker (default: this machine's cores divided among the workers, at
-            least 1).
+        num_threads: torch threads per worker (default: ``cluster.worker_threads``, else this machine's cores
+            divided among the workers, at least 1).
         worker_num_cpus: CPUs each actor reserves in Ray's scheduler, fractions allowed (default: ``num_threads``
             on a cluster; on a local Ray, half of this machine's CPUs shared among the workers, so that any
             number of workers and the env pool's workers can be placed).
@@ -189,7 +189,8 @@ class RolloutWorkers:
         if count < 1:
             raise ValueError(f"RolloutWorkers needs cluster.rollout_workers >= 1, got {count}")
         self.config, self.model_dir = config, model_dir
-        self.num_threads = num_threads or max(1, (os.cpu_count() or 1) // count)
+        self.num_threads = (num_threads or config.cluster.worker_threads
+                            or max(1, (os.cpu_count() or 1) // count))
         local_share = (os.cpu_count() or 1) / (2 * count)
         default_cpus = self.num_threads if config.cluster.ray_address else min(self.num_threads, local_share)
         self.worker_num_cpus = default_cpus if worker_num_cpus is None else worker_num_cpus
