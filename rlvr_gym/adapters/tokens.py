@@ -59,20 +59,59 @@ def prompt_ids(tokenizer: Any, observation: str) -> list[int]:
     return list(tokenizer.encode(observation, add_special_tokens=True))
 
 
+_PROBE_USER, _PROBE_ASSISTANT, _PROBE_OBS = "probe question", "probe answer", "@@OBSERVATION@@"
+
+
+def chat_template_delta(tokenizer: Any, end_of_turn_token: str | None = None,
+                        system_prompt: str | None = None) -> tuple[str, str]:
+    """The text a chat template puts ``(before, after)`` an observation appended as one more user message, from
+    just after the assistant turn's end-of-turn token up to the next generation prompt (the token-in/token-out
+    delta; algorithms.md §7.4). The text the template writes after the end-of-turn token (Qwen's ``"\\n"`` after
+    ``<|im_end|>``, which engines never generate) starts ``before``, so a context of generated ids plus
+    ``encode(before + observation + after)`` equals the template's full re-render for append-only templates.
+
+    Found by rendering a probe conversation with and without the extra message and diffing the texts.
+
+    Args:
+        tokenizer: a Hugging Face tokenizer with a chat template (``apply_chat_template``).
+        end_of_turn_token: the token that ends an assistant turn (default: the tokenizer's EOS token).
+        system_prompt: the system message the conversations start with, if any.
+
+    Raises:
+        ValueError: no chat template, no end-of-turn token, a template that is not append-only (rendering one
+            more message changes earlier text), or one that does not end assistant turns with the token.
+    """
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError("the tokenizer has no chat_template; set one or pick a chat model")
+    eot = end_of_turn_token or tokenizer.eos_token
+    if eot is None:
+        raise ValueError("no end-of-turn token: the tokenizer has no eos_token; pass end_of_turn_token=")
+    system = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    base = [*system, {"role": "user", "content": _PROBE_USER}, {"role": "assistant", "content": _PROBE_ASSISTANT}]
+    base_text = str(tokenizer.apply_chat_template(base, tokenize=False, add_generation_prompt=False))
+    extended = str(tokenizer.apply_chat_template([*base, {"role": "user", "content": _PROBE_OBS}], tokenize=False,
+                                                 add_generation_prompt=True))
+    if not extended.startswith(base_text):
+        raise ValueError("chat template is not append-only: rendering one more message changes earlier text")
+    end = base_text.rfind(eot)
+    if end < 0 or _PROBE_ASSISTANT not in base_text[:end]:
+        raise ValueError(f"the template does not end assistant turns with {eot!r}")
+    before, _, after = (base_text[end + len(eot):] + extended[len(base_text):]).partition(_PROBE_OBS)
+    return before, after
+
+
 def observation_ids(tokenizer: Any, observation: str) -> list[int]:
-    """The ids appended after a generated turn: what the chat template adds for one more user message and the
-    next generation prompt (the difference between rendering a conversation with and without it), or a
-    newline-wrapped plain encoding without a chat template."""
+    """The ids appended after a generated turn that ends with the end-of-turn (EOS) id: the template's delta
+    around one more user message and the next generation prompt (:func:`chat_template_delta`), or a
+    newline-wrapped plain encoding without a chat template.
+
+    Raises:
+        ValueError: as :func:`chat_template_delta` (pass ``encode_observation=`` to the episode runner then).
+    """
     if not getattr(tokenizer, "chat_template", None):
         return list(tokenizer.encode(f"\n{observation}\n", add_special_tokens=False))
-    base = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]
-    before = tokenizer.apply_chat_template(base, tokenize=False)
-    after = tokenizer.apply_chat_template([*base, {"role": "user", "content": observation}], tokenize=False,
-                                          add_generation_prompt=True)
-    if not after.startswith(before):
-        raise ValueError("the chat template does not render a conversation as a prefix of its continuation; "
-                         "pass observation_ids= to the episode runner")
-    return list(tokenizer.encode(after[len(before):].lstrip("\n"), add_special_tokens=False))
+    before, after = chat_template_delta(tokenizer)
+    return list(tokenizer.encode(before + observation + after, add_special_tokens=False))
 
 
 def start_episode(task: Task, tokenizer: Any, env_factory: Callable[[str], Env] = make

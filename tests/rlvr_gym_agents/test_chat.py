@@ -100,3 +100,25 @@ def test_byte_level_template_tito_equals_full_rerender(system_prompt: str | None
     assert _assemble(chat, observations, actions[:1]) == chat.render_ids(observations[:2], actions[:1])
     # no template text around an observation but the special tokens: nothing joins its first or last word
     assert (chat._delta_prefix, chat._delta_suffix) == ("<|user|>", "<|end|><|assistant|>")
+
+
+@pytest.mark.parametrize("tokenizer_kind", ["qwen25-bpe", "bpe"])
+def test_the_adapters_token_episode_equals_a_full_rerender(tokenizer_kind: str) -> None:
+    """The TRL / verl adapters (rlvr_gym.adapters.tokens) and ChatFormat share one delta: a host's episode of
+    generated ids (each turn ending with EOS) plus the adapters' observation ids is the template's own render, the
+    "\\n" Qwen writes after <|im_end|> included."""
+    from rlvr_gym.adapters.tokens import chat_template_delta, observation_ids, prompt_ids
+
+    tokenizer = build_bpe_tokenizer(WORDS, vocab_size=320)  # byte-level: every "\n" is an id of its own
+    if tokenizer_kind == "qwen25-bpe":
+        tokenizer.add_special_tokens({"eos_token": "<|im_end|>", "additional_special_tokens": ["<|im_start|>"]})
+        tokenizer.chat_template = QWEN25_TEMPLATE
+    chat = ChatFormat(tokenizer)
+    assert chat_template_delta(tokenizer) == (chat._delta_prefix, chat._delta_suffix)
+    observations = ["You are in the kitchen.", "You arrive at the fridge 1.", "Nothing happens."]
+    actions = ["go to fridge 1", "open fridge 1"]
+    ids = prompt_ids(tokenizer, observations[0])
+    for action, observation in zip(actions, observations[1:], strict=True):
+        ids += tokenizer.encode(action, add_special_tokens=False) + [tokenizer.eos_token_id]
+        ids += observation_ids(tokenizer, observation)
+    assert ids == chat.render_ids(observations, actions)

@@ -6,9 +6,10 @@ the tokenizer's chat template), then per turn the ids the policy generated and t
 assistant turn, tokenised once on its own). History is never decoded and re-encoded, so the ids trained on
 are exactly the ids generated (algorithms.md §7.4; verl#3720, prime-rl#1334).
 
-The delta is found by rendering a probe conversation with and without one more user message and diffing
-the texts; the text the template writes after an assistant's end-of-turn token (Qwen's ``"\\n"`` after
-``<|im_end|>``, which engines never generate) is prepended to every delta. For append-only templates the
+The delta (:func:`rlvr_gym.adapters.tokens.chat_template_delta`, shared with the adapters for TRL and verl) is
+found by rendering a probe conversation with and without one more user message and diffing the texts; the text
+the template writes after an assistant's end-of-turn token (Qwen's ``"\\n"`` after ``<|im_end|>``, which engines
+never generate) is prepended to every delta. For append-only templates the
 result equals a full re-render; :meth:`ChatFormat.render_ids` gives that re-render for checks.
 """
 
@@ -19,7 +20,7 @@ from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
-_PROBE_USER, _PROBE_ASSISTANT, _PROBE_OBS = "probe question", "probe answer", "@@OBSERVATION@@"
+from rlvr_gym.adapters.tokens import chat_template_delta
 
 
 class ChatFormat:
@@ -46,7 +47,7 @@ class ChatFormat:
             raise ValueError("no end-of-turn token: the tokenizer has no eos_token; pass end_of_turn_token=")
         self.end_of_turn_token = eot
         self.end_of_turn_id: int = tokenizer.convert_tokens_to_ids(eot)  # type: ignore[assignment]
-        self._delta_prefix, self._delta_suffix = self._probe_delta()
+        self._delta_prefix, self._delta_suffix = chat_template_delta(tokenizer, eot, system_prompt)
 
     @classmethod
     def for_policy(cls, policy: Any, system_prompt: str | None = None) -> ChatFormat:
@@ -63,21 +64,6 @@ class ChatFormat:
     def _render(self, messages: list[dict[str, str]], add_generation_prompt: bool) -> str:
         text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
         return str(text)
-
-    def _probe_delta(self) -> tuple[str, str]:
-        """Returns the template text (before, after) an observation in a delta."""
-        base = self._messages(_PROBE_USER) + [{"role": "assistant", "content": _PROBE_ASSISTANT}]
-        base_text = self._render(base, add_generation_prompt=False)
-        ext_text = self._render(base + [{"role": "user", "content": _PROBE_OBS}], add_generation_prompt=True)
-        if not ext_text.startswith(base_text):
-            raise ValueError("chat template is not append-only: rendering one more message changes earlier text")
-        end = base_text.rfind(self.end_of_turn_token)
-        if end < 0 or _PROBE_ASSISTANT not in base_text[:end]:
-            raise ValueError(f"the template does not end assistant turns with {self.end_of_turn_token!r}")
-        after_eot = base_text[end + len(self.end_of_turn_token):]
-        delta = after_eot + ext_text[len(base_text):]
-        before, _, after = delta.partition(_PROBE_OBS)
-        return before, after
 
     def encode(self, text: str) -> list[int]:
         """Tokenises ``text`` once, without adding special tokens."""
