@@ -24,7 +24,7 @@ import json
 import math
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, Protocol, runtime_checkable
 
@@ -110,9 +110,23 @@ class TensorBoardTracker:
     """
 
     def __init__(self, directory: str | Path) -> None:
-        summary = _require("tensorboard.summary", "tensorboard", "tensorboard")
+        self._summary = _require("tensorboard.summary", "tensorboard", "tensorboard")
         self.directory = Path(directory)
-        self._writer: Any = summary.Writer(str(self.directory))
+        self._writer: Any = self._summary.Writer(str(self.directory))
+
+    def rewrite(self, history: Iterable[tuple[Mapping[str, Any], int]]) -> None:
+        """Replaces every event file of the directory with ``history`` (``(metrics, step)`` pairs, in order) and
+        goes on appending after it. A resumed run calls this with its log cut back to its checkpoint: TensorBoard
+        keeps both copies of a step written twice (it drops none on reload), so the events after the checkpoint
+        would otherwise show twice."""
+        self.close()
+        for path in self.directory.glob("events.out.tfevents.*"):
+            path.unlink()
+        self._writer = self._summary.Writer(str(self.directory))
+        for metrics, step in history:
+            for name, value in scalars(metrics).items():
+                self._writer.add_scalar(name, value, step)
+        self._writer.flush()
 
     def log_config(self, config: Mapping[str, Any]) -> None:
         # tensorboard's own Writer writes scalars only; the config goes beside the event files.

@@ -11,13 +11,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlvr_gym.tracking import make_tracker
+from rlvr_gym.tracking import TensorBoardTracker, make_tracker
 
 
 class MetricsLogger:
-    """Appends one JSON object per record to ``metrics.jsonl`` (the run's own log, cut back on resume) and mirrors
-    its scalars to the trackers of :mod:`rlvr_gym.tracking` (TensorBoard, wandb, MLflow) as ``<phase>/<key>`` at
-    the record's step.
+    """Appends one JSON object per record to ``metrics.jsonl`` (the run's own log, cut back on resume, TensorBoard's
+    event files with it) and mirrors its scalars to the trackers of :mod:`rlvr_gym.tracking` (TensorBoard, wandb,
+    MLflow) as ``<phase>/<key>`` at the record's step.
 
     Args:
         run_dir: the run directory.
@@ -38,8 +38,7 @@ class MetricsLogger:
         """Writes ``record`` (must hold ``phase`` and ``step``)."""
         with self.path.open("a", encoding="utf-8") as handle:
             handle.write(json.dumps(record, default=float) + "\n")
-        self.tracker.log({f"{record['phase']}/{key}": value for key, value in record.items()
-                          if key not in ("phase", "step")}, int(record["step"]))
+        self.tracker.log(*_tracked(record))
 
     def num_lines(self) -> int:
         """Records written so far (a checkpoint stores it, so a resumed run can drop what came after)."""
@@ -48,14 +47,17 @@ class MetricsLogger:
         return sum(1 for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip())
 
     def truncate(self, num_lines: int) -> None:
-        """Keeps the first ``num_lines`` records: a resumed run writes the records after its checkpoint again, so
-        none is lost and none repeated."""
+        """Keeps the first ``num_lines`` records, in the log and in TensorBoard's event files: a resumed run writes
+        the records after its checkpoint again, so none is lost and none repeated."""
         if not self.path.is_file():
             return
         lines = [line for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip()]
         part = self.path.with_name(self.path.name + ".part")
         part.write_text("".join(line + "\n" for line in lines[:num_lines]), encoding="utf-8")
         part.replace(self.path)  # atomic: a kill here leaves the old log or the truncated one, never a half
+        for tracker in self.tracker.trackers:  # TensorBoard's files follow the log (wandb/MLflow runs are new runs)
+            if isinstance(tracker, TensorBoardTracker):
+                tracker.rewrite(_tracked(json.loads(line)) for line in lines[:num_lines])
 
     def read(self) -> list[dict[str, Any]]:
         """All records so far."""
@@ -63,6 +65,12 @@ class MetricsLogger:
 
     def close(self) -> None:
         self.tracker.close()
+
+
+def _tracked(record: Mapping[str, Any]) -> tuple[dict[str, Any], int]:
+    """A log record as a tracker's ``(metrics, step)``: its keys as ``<phase>/<key>``."""
+    return ({f"{record['phase']}/{key}": value for key, value in record.items() if key not in ("phase", "step")},
+            int(record["step"]))
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
