@@ -193,8 +193,9 @@ def warm_start_dir(args: argparse.Namespace, seed: int) -> Path:
     run_dir = args.out / f"warm-seed{seed}"
     if not (run_dir / "sft_model" / "config.json").is_file():
         # the tiny tokenizer's vocabulary is built from the held-out tasks too: keep eval.num_tasks as the arms'
+        # no time cap: the warm start is its recipe's sft.max_steps whatever the machine's load
         overrides = [*common_overrides(args, seed), "train.num_steps=0", "eval.k=1", "eval.greedy=false",
-                     "train.max_generated_tokens=null", f"output.dir={run_dir}"]
+                     "train.max_generated_tokens=null", "sft.max_time_s=1000000", f"output.dir={run_dir}"]
         print(f"seed {seed}: warm start ({recipe(args).name} SFT) into {run_dir}", flush=True)
         _train_quietly(load_config(recipe(args), overrides))
     return run_dir / "sft_model"
