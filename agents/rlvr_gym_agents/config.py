@@ -334,6 +334,11 @@ class ClusterConfig:
     learners: int = 1
     """torch.distributed ranks of the update (Ray actors in a placement group, DDP, gradients all-reduced); 1: the
     trainer's process updates."""
+    learner_strategy: str = "ddp"
+    """How the learner ranks hold the model: ``ddp`` (each a whole replica of the weights and AdamW state) or
+    ``fsdp2`` (``torch.distributed.fsdp.fully_shard``: weights, gradients and AdamW state sharded over the ranks
+    between optimizer steps, whole weights gathered only during a step; for a model whose weights plus AdamW state do
+    not fit one device). NCCL on GPUs; gloo on the CPU (for testing). Needs ``learners >= 2``."""
     asynchronous: bool = dataclasses.field(default=False, metadata={"key": "async"})
     """(YAML key ``async``) Sample step t+1's episodes while step t updates (needs ``rollout_workers >= 1``);
     trajectories older than ``max_staleness`` policy versions are dropped."""
@@ -438,6 +443,11 @@ class TrainConfig:
         if cluster.asynchronous and cluster.rollout_workers < 1:
             raise ConfigError("cluster.async=true samples on rollout workers while the learner updates: set "
                               "cluster.rollout_workers >= 1")
+        if cluster.learner_strategy not in ("ddp", "fsdp2"):
+            raise ConfigError(f"cluster.learner_strategy must be ddp or fsdp2, got {cluster.learner_strategy!r}")
+        if cluster.learner_strategy == "fsdp2" and cluster.learners < 2:
+            raise ConfigError(f"cluster.learner_strategy=fsdp2 shards the model over cluster.learners ranks: set "
+                              f"cluster.learners >= 2 (got {cluster.learners}), or use ddp")
         if cluster.backend not in ("auto", "gloo", "nccl"):
             raise ConfigError(f"cluster.backend must be auto, gloo or nccl, got {cluster.backend!r}")
         if cluster.worker_threads is not None and cluster.worker_threads < 1:

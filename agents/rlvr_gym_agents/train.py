@@ -319,7 +319,7 @@ def build_updater(config: TrainConfig, policy: TransformersPolicy, optimizer: to
         functools.partial(build_optimizer, config), update_config(config), policy.pad_token_id,
         reference_factory=functools.partial(_reference_model, sft_dir=sft_dir) if with_kl else None,
         mirror=policy.model, mirror_optimizer=optimizer, backend=config.cluster.backend, device=config.model.device,
-        ray_address=config.cluster.ray_address,
+        ray_address=config.cluster.ray_address, strategy=config.cluster.learner_strategy,
         threads_per_rank=max(1, config.model.num_threads // config.cluster.learners))
     group.load_state(policy.model.state_dict(), optimizer.state_dict())
     return group

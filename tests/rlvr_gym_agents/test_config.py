@@ -111,6 +111,16 @@ def test_cluster_section_reads_the_async_key_and_checks_its_values():
         load_config(None, ["cluster.asynch=true"])
 
 
+def test_cluster_learner_strategy_defaults_to_ddp_and_fsdp2_needs_two_learners() -> None:
+    assert load_config(None).cluster.learner_strategy == "ddp"
+    config = load_config(None, ["cluster.learners=2", "cluster.learner_strategy=fsdp2"])
+    assert config.cluster.learner_strategy == "fsdp2"
+    with pytest.raises(ConfigError, match="learner_strategy must be ddp or fsdp2, got 'zero3'"):
+        load_config(None, ["cluster.learners=2", "cluster.learner_strategy=zero3"])
+    with pytest.raises(ConfigError, match="set cluster.learners >= 2"):
+        load_config(None, ["cluster.learner_strategy=fsdp2"])
+
+
 def test_cluster_rollout_timeout_is_checked() -> None:
     assert load_config(None).cluster.rollout_timeout_s == 600.0
     assert load_config(None, ["cluster.rollout_timeout_s=null"]).cluster.rollout_timeout_s is None

@@ -34,12 +34,36 @@ sum their gradients with one ``torch.distributed.all_reduce`` of the flattened g
 (:class:`TorchDistributedSync`) -- the same collective DDP issues, once instead of per bucket. Parameters start
 equal because every rank loads the same state (DDP's initial broadcast).
 
+FSDP2 (``cluster.learner_strategy=fsdp2``, :func:`shard_model`): each rank wraps its model with
+``torch.distributed.fsdp.fully_shard`` (every module class the model lists in ``_no_split_modules``, its decoder
+layers, then the whole model), so parameters, gradients and the optimizer's state are sharded over the ranks
+between optimizer steps; the optimizer is built over the sharded parameters. For a model whose weights plus AdamW
+state (and gradients) do not fit one device but whose weights do: what it saves is the optimizer state, the gradients
+and the parameters at rest (each rank holds 1/M of them), not memory during the step. FSDP2 all-gathers a module's
+parameters in each forward, a collective every rank must join, but the ranks run different numbers of forward passes
+(their rows, micro-batches and shared-prefix passes differ). So :class:`FullyShardedSync` all-gathers every module
+once per optimizer step (``unshard()``, before the mini-batch) and turns FSDP's gradient sync off for the rank's
+backward passes (``set_requires_gradient_sync(False)``: gradients accumulate unsharded, no collective); then every
+rank runs one synced forward and backward of a one-token input times zero, which makes FSDP reduce-scatter the
+accumulated gradients (summed: divide factor 1, ``set_force_sum_reduction_for_comms`` because gloo has no PREMUL_SUM)
+and reshard: FSDP's own reduce-scatter instead of our all_reduce, the same sum. Between the all-gather and the
+reduce-scatter a rank holds the whole parameters and gradients. Weights leave the ranks as a full state dict
+gathered on rank 0 (``torch.distributed.checkpoint.state_dict.get_model_state_dict``, ``full_state_dict=True,
+cpu_offload=True``; every rank joins), the optimizer state the same way (``get_optimizer_state_dict``), converted to
+the trainer's layout, so the trainer's checkpoint is the one-process format; a resumed run hands it whole to every
+rank, which keeps its shard (``set_model_state_dict``, ``set_optimizer_state_dict``). An optimizer state with
+nothing stepped yet is loaded with ``Optimizer.load_state_dict`` instead: ``set_optimizer_state_dict`` first makes a
+state with a zero-gradient step (lr 0), which leaves AdamW at step 1 with zero moments, so the first real step would
+be Adam's second, 0.74 x as long (the 5.3e-3 difference of the first attempt). The KL reference model is a whole
+replica on each rank (not sharded).
+
 Tested here: CPU, gloo, one machine, loopback rendezvous, 2 ranks (``tests/rlvr_gym_agents/test_cluster_learner.py``:
-2 ranks equal 1 rank after a step within 1e-6 relative; a SIGKILLed rank stops the run with a TrainingError and the
-rerun resumes). Not tested here: NCCL on GPUs, ranks on several nodes (the rendezvous then uses rank 0's node
-address; ``cluster.ray_address`` joins the cluster; every rank reads the model directory, and with a KL term
-``output.dir/sft_model``, from its own disk, so they must be on a shared filesystem), and FSDP2 (``torch.distributed.fsdp.fully_shard``) for models
-that do not fit one device -- not implemented: each rank holds a whole replica.
+2 ranks equal 1 rank after a step within 1e-6 relative, with ``ddp`` and ``fsdp2``; with fsdp2 a checkpoint written
+from rank 0's gathered state, resumed by both ranks, continues as one process does; a SIGKILLed rank stops the run
+with a TrainingError and the rerun resumes). Not tested here: NCCL on GPUs (FSDP2 included), ranks on several nodes
+(the rendezvous then uses rank 0's node address; ``cluster.ray_address`` joins the cluster; every rank reads the model
+directory, and with a KL term ``output.dir/sft_model``, from its own disk, so they must be on a shared filesystem),
+FSDP2 with LoRA (frozen and trainable parameters in one FSDP group) or with mixed precision.
 """
 
 from __future__ import annotations
@@ -70,6 +94,8 @@ OptimizerFactory = Callable[[torch.nn.Module], torch.optim.Optimizer]
 """Builds the optimizer over a model's trainable parameters (the trainer's :func:`~rlvr_gym_agents.train.build_optimizer`)."""
 ReferenceFactory = Callable[[torch.nn.Module], torch.nn.Module]
 """Builds the frozen reference model of the KL term from a rank's model."""
+STRATEGIES = ("ddp", "fsdp2")
+"""How the ranks hold the model (``cluster.learner_strategy``): whole replicas, or FSDP2 shards."""
 
 
 def resolve_backend(backend: str, device: str) -> str:
@@ -145,6 +171,9 @@ class TorchDistributedSync:
         dist.all_gather(gathered, padded)
         return torch.cat([g[: int(n)] for g, n in zip(gathered, lengths)]).cpu()
 
+    def gather_parameters(self) -> None:
+        """Nothing to gather: each rank holds a whole replica."""
+
     def sum_gradients(self, parameters: list[torch.nn.Parameter]) -> None:
         """Sums the trainable parameters' gradients over ranks with one ``all_reduce`` of them flattened (a rank
         that had no rows in the mini-batch contributes zeros)."""
@@ -161,6 +190,74 @@ class TorchDistributedSync:
             offset += size
 
 
+class FullyShardedSync(TorchDistributedSync):
+    """:class:`~rlvr_gym_agents.update.ppo.GradientSync` of FSDP2 ranks (:func:`shard_model`); see the module
+    docstring for why it gathers once per optimizer step and how the gradients are reduce-scattered.
+
+    Args:
+        device: where the statistics' collectives run (CPU for gloo).
+        model: this rank's model after :func:`shard_model` (a Hugging Face causal LM: called with ``input_ids``,
+            returns ``.logits``).
+    """
+
+    def __init__(self, device: torch.device, model: torch.nn.Module) -> None:
+        from torch.distributed.fsdp import FSDPModule
+
+        super().__init__(device)
+        self.model = model
+        self.modules = [m for m in model.modules() if isinstance(m, FSDPModule)]
+        if not self.modules:
+            raise ValueError("FullyShardedSync needs a model wrapped by shard_model() (no FSDP module found)")
+
+    def gather_parameters(self) -> None:
+        """All-gathers every FSDP module's parameters (a no-op for those already gathered) and keeps them gathered,
+        with gradients accumulated unsharded and not synced, until :meth:`sum_gradients`."""
+        for module in self.modules:
+            module.unshard()
+            module.set_requires_gradient_sync(False)
+            module.set_reshard_after_backward(False)
+
+    def sum_gradients(self, parameters: list[torch.nn.Parameter]) -> None:
+        """Reduce-scatters the accumulated gradients (summed over ranks; each rank keeps its shard) and reshards the
+        parameters, by one synced forward and backward of a one-token input whose loss is multiplied by zero (it adds
+        zeros; every rank runs exactly one, so FSDP's collectives match). ``parameters`` is not read: FSDP knows them."""
+        for module in self.modules:
+            module.set_requires_gradient_sync(True)
+            module.set_reshard_after_backward(True)
+        device = next(iter(self.model.parameters())).device
+        logits = self.model(input_ids=torch.zeros((1, 1), dtype=torch.long, device=device)).logits
+        (logits.float().sum() * 0.0).backward()
+
+
+def shard_model(model: torch.nn.Module, device: str) -> torch.nn.Module:
+    """Wraps ``model`` in place with FSDP2 over the default process group (``init_process_group`` first): each module
+    whose class is in ``model._no_split_modules`` (a Hugging Face model's decoder layers), then the model; gradients are
+    summed over ranks, not averaged (the losses are summands of the global loss: :func:`update_shard`). Returns it.
+
+    Raises:
+        ValueError: the model does not say which modules hold its layers (no ``_no_split_modules``).
+    """
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import FSDPModule, fully_shard
+
+    layer_classes = set(getattr(model, "_no_split_modules", None) or ())
+    if not layer_classes:
+        raise ValueError(f"cluster.learner_strategy=fsdp2 shards the modules a model lists in _no_split_modules; "
+                         f"{type(model).__name__} lists none (use cluster.learner_strategy=ddp)")
+    mesh = init_device_mesh(torch.device(device).type, (dist.get_world_size(),))
+    for module in list(model.modules()):
+        if type(module).__name__ in layer_classes:
+            fully_shard(module, mesh=mesh, reshard_after_forward=False)
+    fully_shard(model, mesh=mesh, reshard_after_forward=False)
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.set_gradient_divide_factor(1.0)
+            module.set_force_sum_reduction_for_comms(True)  # gloo has no PREMUL_SUM
+            module.set_reduce_scatter_unused_params(True)  # a parameter no row used still joins the collective
+    return model
+
+
 class LearnerRank:
     """The body of one learner actor (rank ``rank`` of ``world_size``).
 
@@ -168,15 +265,17 @@ class LearnerRank:
         rank / world_size: this rank and the group's size.
         model_factory / optimizer_factory / reference_factory: see :class:`LearnerGroup`.
         num_threads: torch CPU threads of this process.
+        strategy: ``ddp`` (a whole replica) or ``fsdp2`` (sharded when the rank joins the group).
     """
 
     def __init__(self, rank: int, world_size: int, model_factory: ModelFactory,
                  optimizer_factory: OptimizerFactory, reference_factory: ReferenceFactory | None,
-                 num_threads: int) -> None:
+                 num_threads: int, strategy: str = "ddp") -> None:
         torch.set_num_threads(max(1, num_threads))
-        self.rank, self.world_size = rank, world_size
+        self.rank, self.world_size, self.strategy = rank, world_size, strategy
+        self.model_factory, self.optimizer_factory = model_factory, optimizer_factory
         self.model = model_factory()
-        self.optimizer = optimizer_factory(self.model)
+        self.optimizer: torch.optim.Optimizer | None = None  # built in join(), over the (maybe sharded) parameters
         self.reference_factory = reference_factory
         self.ref_model: torch.nn.Module | None = None
         self.sync: TorchDistributedSync | None = None
@@ -207,11 +306,46 @@ class LearnerRank:
         dist.init_process_group(backend, init_method=init_method, rank=self.rank, world_size=self.world_size,
                                 timeout=datetime.timedelta(seconds=timeout_s))
         device = next(self.model.parameters()).device if backend == "nccl" else torch.device("cpu")
-        self.sync = TorchDistributedSync(device)
+        if self.strategy == "fsdp2":
+            self.model = shard_model(self.model, str(next(self.model.parameters()).device))
+            self.sync = FullyShardedSync(device, self.model)
+        else:
+            self.sync = TorchDistributedSync(device)
+        self.optimizer = self.optimizer_factory(self.model)
 
     def load(self, state: tuple[dict[str, torch.Tensor], dict[str, Any]]) -> None:
-        """Takes the trainer's ``(weights, optimizer state)`` (then builds the reference model from them)."""
+        """Takes the trainer's ``(weights, optimizer state)`` (then builds the reference model from them; with fsdp2
+        from a whole copy of the weights: the reference is not sharded)."""
         model_state, optimizer_state = state
+        assert self.optimizer is not None, "join() first"
+        if self.strategy == "fsdp2":
+            from torch.distributed.checkpoint.state_dict import (
+                StateDictOptions,
+                set_model_state_dict,
+                set_optimizer_state_dict,
+            )
+
+            if self.reference_factory is not None:
+                whole = self.model_factory()
+                whole.load_state_dict(model_state)
+                self.ref_model = self.reference_factory(whole)
+            full = StateDictOptions(full_state_dict=True)  # the dicts are copied: DCP puts the shards into them
+            set_model_state_dict(self.model, dict(model_state), options=full)
+            self.model.zero_grad(set_to_none=True)  # DCP makes a state only for parameters without a gradient
+            self.optimizer = self.optimizer_factory(self.model)  # no state left from an earlier load or update
+            if not optimizer_state.get("state"):
+                # Nothing stepped yet: only the hyper-parameters to take. DCP's set_optimizer_state_dict would first
+                # make a state with a zero-gradient step (lr 0), which leaves AdamW at step 1 with zero moments, so
+                # the first real step would be Adam's second, 0.74 x as long (docs/results.md, issue 27 FSDP2).
+                self.optimizer.load_state_dict(optimizer_state)
+                return
+            names = self._names()
+            set_optimizer_state_dict(self.model, self.optimizer, _state_by_name(optimizer_state, names), options=full)
+            stepped = {names[int(index)] for index in optimizer_state["state"]}
+            for name, parameter in zip(names, self._trainable()):
+                if name not in stepped:  # never had a gradient in the trainer: no state (DCP's zero step made one)
+                    self.optimizer.state.pop(parameter, None)
+            return
         self.model.load_state_dict(model_state)
         self.optimizer.load_state_dict(optimizer_state)
         if self.reference_factory is not None:
@@ -221,21 +355,62 @@ class LearnerRank:
                owned: list[int]) -> ShardResult:
         """This rank's share of one update (:func:`~rlvr_gym_agents.update.ppo.update_shard` on ``owned``)."""
         trajectories, advantages, plan, loss_config, config, pad_token_id = batch
-        assert self.sync is not None, "join() first"
+        assert self.sync is not None and self.optimizer is not None, "join() first"
         return update_shard(self.model, self.optimizer, trajectories, advantages, config, loss_config, self.ref_model,
                             pad_token_id, plan, owned, self.sync)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """The model's weights, on the CPU."""
+        """The model's whole weights, on the CPU (fsdp2: gathered on rank 0, every rank must call; others get {})."""
+        if self.strategy == "fsdp2":
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+            gathered = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True,
+                                                                                 cpu_offload=True))
+            return {name: tensor.detach() for name, tensor in gathered.items() if isinstance(tensor, torch.Tensor)}
         return {name: tensor.detach().cpu() for name, tensor in self.model.state_dict().items()}
 
     def named_parameters(self) -> list[tuple[str, torch.Tensor]]:
-        """The model's parameters by name, on the CPU."""
+        """The model's parameters by name, on the CPU (fsdp2: as :meth:`state_dict`)."""
+        if self.strategy == "fsdp2":
+            whole = self.state_dict()
+            return [(name, whole[name]) for name, _ in self.model.named_parameters()] if whole else []
         return [(name, parameter.detach().cpu()) for name, parameter in self.model.named_parameters()]
 
     def optimizer_state(self) -> dict[str, Any]:
-        """The optimizer's ``state_dict()`` (tensors on the CPU)."""
+        """The optimizer's ``state_dict()`` in the trainer's layout (parameter indices), tensors on the CPU (fsdp2:
+        gathered whole on rank 0, every rank must call; others get {})."""
+        assert self.optimizer is not None, "join() first"
+        if self.strategy == "fsdp2":
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+            gathered = get_optimizer_state_dict(self.model, self.optimizer,
+                                                options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+            return _state_by_index(gathered, self._names()) if gathered else {}
         return _to_cpu(self.optimizer.state_dict())
+
+    def held_numel(self) -> dict[str, int]:
+        """Elements this rank holds between updates: ``parameters`` (its shard with fsdp2, DTensor local tensors;
+        every parameter with ddp), ``optimizer_state`` (its tensors: AdamW's two moments and step counts) and
+        ``full_parameters`` (the whole model's parameter count)."""
+        assert self.optimizer is not None, "join() first"
+
+        def local(tensor: torch.Tensor) -> torch.Tensor:
+            to_local = getattr(tensor, "to_local", None)
+            return to_local() if to_local is not None else tensor
+
+        full = sum(parameter.numel() for parameter in self.model.parameters())
+        return {"parameters": sum(local(parameter).numel() for parameter in self.model.parameters()),
+                "optimizer_state": sum(local(value).numel() for state in self.optimizer.state.values()
+                                       for value in state.values() if isinstance(value, torch.Tensor)),
+                "full_parameters": full}
+
+    def _names(self) -> list[str]:
+        """The trainable parameters' names, in the optimizer's (and the trainer's optimizer's) order."""
+        return [name for name, parameter in self.model.named_parameters() if parameter.requires_grad]
+
+    def _trainable(self) -> list[torch.nn.Parameter]:
+        """The trainable parameters, in :meth:`_names`' order."""
+        return [parameter for parameter in self.model.parameters() if parameter.requires_grad]
 
 
 class LearnerGroup:
@@ -261,9 +436,11 @@ class LearnerGroup:
         start_timeout_s: the longest wait for the placement group and for the ranks to start and join.
         collective_timeout_s: how long a rank waits in one collective (torch.distributed's process-group timeout)
             before it fails; an update itself has no time limit (a rank that dies ends it at once).
+        strategy: ``ddp`` (whole replicas, gradients all-reduced) or ``fsdp2`` (:func:`shard_model`; reading the
+            weights or the optimizer state then gathers them from every rank).
 
     Raises:
-        ValueError: ``num_ranks < 1`` or a bad backend.
+        ValueError: ``num_ranks < 1``, a bad backend or an unknown strategy.
         TrainingError: the placement group cannot be scheduled (the message says what it needs and what Ray has),
             or a rank fails while starting.
     """
@@ -273,9 +450,12 @@ class LearnerGroup:
                  mirror: torch.nn.Module | None = None, mirror_optimizer: torch.optim.Optimizer | None = None,
                  backend: str = "auto", device: str = "cpu", ray_address: str | None = None,
                  num_cpus_per_rank: float | None = None, threads_per_rank: int = 1, start_timeout_s: float = 120.0,
-                 collective_timeout_s: float = 1800.0) -> None:
+                 collective_timeout_s: float = 1800.0, strategy: str = "ddp") -> None:
         if num_ranks < 1:
             raise ValueError(f"a learner group needs num_ranks >= 1, got {num_ranks}")
+        if strategy not in STRATEGIES:
+            raise ValueError(f"a learner group's strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
+        self.strategy = strategy
         self.backend = resolve_backend(backend, device)
         self.num_ranks, self.config, self.pad_token_id = num_ranks, config, pad_token_id
         self.mirror, self.mirror_optimizer = mirror, mirror_optimizer
@@ -302,7 +482,7 @@ class LearnerGroup:
             self.ranks = [actor.options(
                 num_cpus=num_cpus_per_rank, num_gpus=num_gpus, max_restarts=0,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(self._placement, placement_group_bundle_index=i),
-            ).remote(i, num_ranks, model_factory, optimizer_factory, reference_factory, threads_per_rank)
+            ).remote(i, num_ranks, model_factory, optimizer_factory, reference_factory, threads_per_rank, strategy)
                 for i in range(num_ranks)]
             host, port = self._gather([self.ranks[0].rendezvous.remote()], "the rendezvous", start_timeout_s)[0]
             nodes = self._gather([rank.node_id.remote() for rank in self.ranks], "start", start_timeout_s)
@@ -341,18 +521,27 @@ class LearnerGroup:
         return merge_shards(shards)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """Rank 0's weights (CPU tensors), as of update :attr:`version`."""
-        return dict(self._gather([self.ranks[0].state_dict.remote()], "reading the weights")[0])
+        """Rank 0's weights (CPU tensors; fsdp2: gathered whole), as of update :attr:`version`."""
+        return dict(self._from_rank_0("state_dict", "reading the weights"))
 
     def named_parameters(self) -> list[tuple[str, torch.Tensor]]:
-        """Rank 0's parameters by name (CPU tensors), as of update :attr:`version`."""
-        return list(self._gather([self.ranks[0].named_parameters.remote()], "reading the weights")[0])
+        """Rank 0's parameters by name (CPU tensors; fsdp2: gathered whole), as of update :attr:`version`."""
+        return list(self._from_rank_0("named_parameters", "reading the weights"))
 
     def pull_optimizer_state(self) -> None:
-        """Loads rank 0's optimizer state into ``mirror_optimizer`` (the trainer then checkpoints it)."""
+        """Loads rank 0's optimizer state (fsdp2: gathered whole) into ``mirror_optimizer`` (the trainer then
+        checkpoints it)."""
         if self.mirror_optimizer is not None:
-            self.mirror_optimizer.load_state_dict(
-                self._gather([self.ranks[0].optimizer_state.remote()], "reading the optimizer state")[0])
+            self.mirror_optimizer.load_state_dict(self._from_rank_0("optimizer_state", "reading the optimizer state"))
+
+    def _from_rank_0(self, method: str, what: str) -> Any:
+        """Rank 0's answer to ``method``; with fsdp2 every rank is asked (it is a collective), rank 0's is kept."""
+        ranks = self.ranks if self.strategy == "fsdp2" else self.ranks[:1]
+        return self._gather([getattr(rank, method).remote() for rank in ranks], what)[0]
+
+    def held_numel(self) -> list[dict[str, int]]:
+        """What each rank holds between updates, in rank order (:meth:`LearnerRank.held_numel`)."""
+        return list(self._gather([rank.held_numel.remote() for rank in self.ranks], "counting the parameters"))
 
     def pids(self) -> list[int]:
         """Each rank's process id, in rank order."""
@@ -430,6 +619,22 @@ class LearnerGroup:
         from rlvr_gym_agents.train import TrainingError
 
         return TrainingError(message)
+
+
+def _state_by_name(state: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    """An optimizer ``state_dict()`` keyed by parameter index (``torch.optim``'s layout: the i-th trainable parameter)
+    keyed by parameter name instead (``torch.distributed.checkpoint``'s layout)."""
+    return {"state": {names[int(i)]: value for i, value in state["state"].items()},
+            "param_groups": [{**group, "params": [names[int(i)] for i in group["params"]]}
+                             for group in state["param_groups"]]}
+
+
+def _state_by_index(state: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    """The inverse of :func:`_state_by_name`."""
+    index = {name: i for i, name in enumerate(names)}
+    return {"state": {index[name]: value for name, value in state["state"].items()},
+            "param_groups": [{**group, "params": [index[name] for name in group["params"]]}
+                             for group in state["param_groups"]]}
 
 
 def _to_cpu(value: Any) -> Any:

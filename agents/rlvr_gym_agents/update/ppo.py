@@ -147,8 +147,16 @@ class GradientSync(Protocol):
         """The 1-D ``values`` of every rank, concatenated in rank order (lengths may differ)."""
         ...
 
+    def gather_parameters(self) -> None:
+        """Makes the model's whole parameters present on this rank for the forward and backward passes up to the next
+        :meth:`sum_gradients` (sharded ranks all-gather them; replicas have them: nothing to do). Called by every rank
+        before the rollout-mismatch pass and before each mini-batch, so that the number of forward passes, which
+        differs between ranks, needs no collective."""
+        ...
+
     def sum_gradients(self, parameters: list[torch.nn.Parameter]) -> None:
-        """Replaces each parameter's ``.grad`` (None counts as zeros) by its sum over ranks."""
+        """Replaces each parameter's ``.grad`` (None counts as zeros) by its sum over ranks (sharded ranks: each keeps
+        its shard of the sum)."""
         ...
 
 
@@ -215,6 +223,8 @@ def update_shard(model: torch.nn.Module, optimizer: torch.optim.Optimizer, traje
         with torch.no_grad(), autocast(model_device(model), config.autocast_dtype):
             batch.ref_logp = _score(ref_model, batch, torch.arange(len(shard)), config.micro_batch_tokens,
                                     config.temperature, with_entropy=False)[0]
+    if sync is not None:
+        sync.gather_parameters()
     correction = _correct_rollout_mismatch(model, batch, loss_config, config) if (
         loss_config.rollout_correction != "none" and shard) else {}
     model.train()
@@ -223,12 +233,15 @@ def update_shard(model: torch.nn.Module, optimizer: torch.optim.Optimizer, traje
     for rows in plan:
         local = torch.tensor([local_of[r] for r in rows.tolist() if r in local_of], dtype=torch.long)
         optimizer.zero_grad(set_to_none=True)
+        if sync is not None:
+            sync.gather_parameters()
         stats = _shard_stats(model, batch, local, loss_config, config, sync) if sync is not None else None
         steps.append(_accumulate_gradients(model, batch, local, loss_config, config.micro_batch_tokens,
                                            config.temperature, config.autocast_dtype, stats) if len(local) else [])
         if sync is not None:
             sync.sum_gradients(list(model.parameters()))
-        norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)))
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+        norms.append(float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm))  # sharded grads: a DTensor
         optimizer.step()
     return ShardResult(steps, norms, correction, config.epochs * sum(batch.lengths), time.monotonic() - began)
 
