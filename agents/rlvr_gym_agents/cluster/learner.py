@@ -54,7 +54,7 @@ the trainer's layout, so the trainer's checkpoint is the one-process format; a r
 rank, which keeps its shard (``set_model_state_dict``, ``set_optimizer_state_dict``). An optimizer state with
 nothing stepped yet is loaded with ``Optimizer.load_state_dict`` instead: ``set_optimizer_state_dict`` first makes a
 state with a zero-gradient step (lr 0), which leaves AdamW at step 1 with zero moments, so the first real step would
-be Adam's second, 0.74 x as long (the 5.3e-3 difference of the first attempt). The KL reference model is a whole
+be Adam's second, 0.74 x as long. The KL reference model is a whole
 replica on each rank (not sharded).
 
 Tested here: CPU, gloo, one machine, loopback rendezvous, 2 ranks (``tests/rlvr_gym_agents/test_cluster_learner.py``:
@@ -336,7 +336,7 @@ class LearnerRank:
             if not optimizer_state.get("state"):
                 # Nothing stepped yet: only the hyper-parameters to take. DCP's set_optimizer_state_dict would first
                 # make a state with a zero-gradient step (lr 0), which leaves AdamW at step 1 with zero moments, so
-                # the first real step would be Adam's second, 0.74 x as long (docs/results.md, issue 27 FSDP2).
+                # the first real step would be Adam's second, 0.74 x as long.
                 self.optimizer.load_state_dict(optimizer_state)
                 return
             names = self._names()

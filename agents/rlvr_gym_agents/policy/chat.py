@@ -38,8 +38,6 @@ class ChatFormat:
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase, system_prompt: str | None = None,
                  end_of_turn_token: str | None = None) -> None:
-        if not getattr(tokenizer, "chat_template", None):
-            raise ValueError("the tokenizer has no chat_template; set one (tiny.py builds one) or pick a chat model")
         self.tokenizer = tokenizer
         self.system_prompt = system_prompt
         eot = end_of_turn_token or tokenizer.eos_token
