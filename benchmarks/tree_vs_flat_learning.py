@@ -11,8 +11,8 @@ Usage::
 
 **Arms.** ``--family`` picks the recipe read at run time (never copied): ``textworld`` the quickstart
 (``agents/recipes/quickstart.yaml``) with, for tree arms, the ``rollout.tree`` section of ``textworld-tree.yaml``;
-``tools`` / ``code`` / ``rtl`` ``tools-tree.yaml`` / ``code-tiny.yaml`` / ``rtl-tree.yaml`` with their own tree
-section. Each flat credit of ``--flat-credits`` is an arm ``rollout.sampler=flat algorithm.credit=C`` (``soft`` is
+``rtl`` ``rtl-tiny.yaml`` (the family's CPU recipe) with the ``rollout.tree`` section of ``rtl-tree.yaml``;
+``tools`` / ``code`` ``tools-tree.yaml`` / ``code-tiny.yaml`` with their own tree section. Each flat credit of ``--flat-credits`` is an arm ``rollout.sampler=flat algorithm.credit=C`` (``soft`` is
 flat GRPO, named ``flat-grpo``: the reference, always required; ``gigpo``: ``flat-gigpo``), each credit of
 ``--tree-credits`` an arm ``rollout.sampler=tree algorithm.credit=C`` (``tree-C``) with ``--tree-set`` on top.
 Every arm has the recipe's tasks per step and ``group_size`` episodes (= leaves per tree) per task, the recipe's
@@ -75,7 +75,7 @@ from rlvr_gym_agents.update.losses import LOSSES
 
 RECIPES = Path(__file__).resolve().parents[1] / "agents" / "recipes"
 FAMILIES = {"textworld": ("quickstart.yaml", "textworld-tree.yaml"), "tools": ("tools-tree.yaml", None),
-            "code": ("code-tiny.yaml", None), "rtl": ("rtl-tree.yaml", None)}
+            "code": ("code-tiny.yaml", None), "rtl": ("rtl-tiny.yaml", "rtl-tree.yaml")}
 """family -> (recipe of every arm, recipe whose ``rollout.tree`` section the tree arms take; None: the recipe's)."""
 METRICS = {"sampled": "pass@1_sampled", "greedy": "pass@1_greedy"}
 REFERENCE = "flat-grpo"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -115,7 +116,9 @@ def save_checkpoint(path: Path, model: torch.nn.Module, tokenizer: Any, optimize
     Atomic: the checkpoint is written to ``path.tmp`` (``trainer_state.pt`` last), the previous one is renamed to
     ``path.old``, ``path.tmp`` to ``path``, and ``path.old`` is removed. A kill at any point leaves either the old or
     the new checkpoint complete; :func:`recover_checkpoint` (called by :func:`load_checkpoint` and here) finishes or
-    undoes the interrupted save, so nothing blocks a later run.
+    undoes the interrupted save, so nothing blocks a later run. Durable: every file of ``path.tmp`` and the directory
+    itself are flushed to disk (``fsync``) before the renames, and the parent directory after them, so a power loss
+    cannot leave a renamed checkpoint whose files are empty.
     """
     recover_checkpoint(path)
     tmp, old = _tmp(path), _old(path)
@@ -123,11 +126,31 @@ def save_checkpoint(path: Path, model: torch.nn.Module, tokenizer: Any, optimize
     save_model_dir(tmp, model, tokenizer)
     torch.save({"optimizer": optimizer.state_dict(), "step": step, "rng": rng_state(generator),
                 "extra": extra or {}}, tmp / "trainer_state.pt.part")
+    _fsync_tree(tmp)
     (tmp / "trainer_state.pt.part").rename(tmp / "trainer_state.pt")
+    _fsync(tmp)
     if path.exists():
         path.rename(old)
     tmp.rename(path)
+    _fsync(path.parent)
     _remove_tree(old)
+
+
+def _fsync(path: Path) -> None:
+    """Flushes a file's or a directory's entries to disk (POSIX ``fsync`` on a read-only descriptor)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(root: Path) -> None:
+    """:func:`_fsync` on every file and directory under ``root`` (files first, ``root`` last)."""
+    for directory, _, files in os.walk(root, topdown=False):
+        for name in files:
+            _fsync(Path(directory) / name)
+        _fsync(Path(directory))
 
 
 def recover_checkpoint(path: Path) -> None:

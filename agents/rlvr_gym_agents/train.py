@@ -88,6 +88,8 @@ class Run:
     credit: CreditConfig
     updater: Updater
     train_tasks: list[Task] | None
+    lost_steps: int = 0
+    """Consecutive steps so far whose every episode was lost with its rollout worker (:func:`check_not_all_crashed`)."""
 
 
 def train(config: TrainConfig, started: float | None = None) -> dict[str, Any]:
@@ -199,13 +201,14 @@ def rl_step(run: Run, step: int) -> dict[str, Any]:
     """One RL step: sample -> credit -> drop zero-variance groups -> update -> sync weights; returns its log record.
 
     Raises:
-        TrainingError: every episode of the step crashed (the message is the first crash's).
+        TrainingError: every episode of the step crashed, or of :data:`LOST_STEPS_LIMIT` steps in a row was lost
+            with its rollout worker (:func:`check_not_all_crashed`; the message is the first failure's).
     """
     began = time.monotonic()
     tasks = draw_tasks(run.train_tasks, run.config, step)
     batch = run.sampler.sample_batch(tasks, step)
     batch.stamp_policy_version(step - 1)  # the in-process sampler's; rollout workers stamp the version they had
-    check_not_all_crashed(batch, step)
+    run.lost_steps = check_not_all_crashed(batch, step, run.lost_steps)
     advantages = assign_credit(batch, run.credit)
     keep = (informative_groups(batch, run.credit) if run.config.algorithm.drop_zero_variance_groups
             else torch.ones(len(batch.trajectories), dtype=torch.bool))
@@ -379,17 +382,45 @@ def _evaluator(config: TrainConfig, policy: Policy, chat: ChatFormat, tasks: lis
 # -- the RL step's helpers --------------------------------------------------------------------------------------
 
 
-def check_not_all_crashed(batch: RolloutBatch, step: int) -> None:
-    """Stops the run when every episode of a step crashed (nothing was generated to learn from).
+LOST_STEPS_LIMIT = 3
+"""Consecutive RL steps whose every episode was lost with its rollout worker (hung or died, then restarted) before
+the run stops: a restarted worker may run the next step, a worker that hangs on every step never will."""
+
+
+def check_not_all_crashed(batch: RolloutBatch, step: int, lost_steps: int = 0) -> int:
+    """Stops the run when a step has nothing to learn from because every episode failed before generating a token:
+    at once when its env crashed (``env_crash`` from the env: it crashes again on the next step), after
+    :data:`LOST_STEPS_LIMIT` such steps in a row when the episodes were lost with their rollout workers (failures
+    whose ``details`` name a ``rollout_worker``: the workers hung past ``cluster.rollout_timeout_s`` or died, and
+    were restarted).
+
+    Args:
+        batch: the step's rollouts.
+        step: the RL step (for the message).
+        lost_steps: the count this function returned for the previous step (0 for the first step of a process).
+
+    Returns:
+        The consecutive steps up to this one whose every episode was lost with its worker (0 when this one was not).
 
     Raises:
-        TrainingError: naming the step, the env and the first failure's message.
+        TrainingError: naming the step(s), the env and the first failure's message.
     """
+    if not batch.trajectories or batch.tokens_generated > 0:
+        return 0
+    if all(any("rollout_worker" in f.details for f in t.failures) for t in batch.trajectories):
+        first = batch.trajectories[0]
+        if lost_steps + 1 >= LOST_STEPS_LIMIT:
+            raise TrainingError(f"every episode of RL steps {step - lost_steps}-{step} was lost with its rollout "
+                                f"worker ({len(batch.trajectories)} episodes of {first.env_id} per step); the last "
+                                f"first: {first.failures[0].message}. An env step that never returns hangs its "
+                                "worker on every step: run the env alone (rlvr-gym check) to find it")
+        return lost_steps + 1
     crashed = [t for t in batch.trajectories if any(f.kind.value == "env_crash" for f in t.failures)]
-    if batch.trajectories and len(crashed) == len(batch.trajectories) and batch.tokens_generated == 0:
+    if len(crashed) == len(batch.trajectories):
         first = crashed[0]
         raise TrainingError(f"every episode of RL step {step} crashed ({len(crashed)} episodes of {first.env_id}); "
                             f"the first: {first.failures[0].message}")
+    return 0
 
 
 def rl_stop_reason(loop: TrainLoopConfig, run_s: float, rl_s: float, step_s: float, eval_s: float,

@@ -51,12 +51,15 @@ def test_other_families_read_their_own_recipe_and_tree_section(bench: ModuleType
     assert flat.env.env_id == tree.env.env_id == recipe.env.env_id and flat.rollout.sampler == "flat"
     assert tree.rollout.tree.global_samples == recipe.rollout.tree.global_samples
     assert args.out == Path("runs/bench-tree-vs-flat-tools")
-    for family, name in (("code", "code-tiny.yaml"), ("rtl", "rtl-tree.yaml")):
+    for family, name, tree_name in (("code", "code-tiny.yaml", "code-tiny.yaml"),
+                                    ("rtl", "rtl-tiny.yaml", "rtl-tree.yaml")):
         args = bench.parse_args(["--family", family, "--tree-credits", "gigpo", "--flat-credits", "soft"])
         flat, tree = (bench.arm_config(args, 0, arm, Path("/w")) for arm in bench.arms(args))
-        own = load_config(bench.RECIPES / name)
+        own, tree_source = load_config(bench.RECIPES / name), load_config(bench.RECIPES / tree_name)
         assert flat.env == tree.env == own.env and (flat.rollout.sampler, tree.rollout.sampler) == ("flat", "tree")
-        assert tree.rollout.tree.branch == own.rollout.tree.branch and tree.train.max_generated_tokens == 150_000
+        assert tree.rollout.tree.branch == tree_source.rollout.tree.branch
+        assert tree.rollout.tree.global_samples == tree_source.rollout.tree.global_samples
+        assert flat.train.learning_rate == own.train.learning_rate and tree.train.max_generated_tokens == 150_000
 
 
 def test_bad_arm_choices_are_refused(bench: ModuleType) -> None:

@@ -16,8 +16,10 @@ import huggingface_hub
 import pytest
 from rlvr_gym_agents.cli import train_main
 from rlvr_gym_agents.policy.transformers import UnknownModelError, check_model_source
+from rlvr_gym_agents.rollout.types import RolloutBatch, Trajectory
+from rlvr_gym_agents.train import LOST_STEPS_LIMIT, TrainingError, check_not_all_crashed
 
-from rlvr_gym import Env, Task, TaskSuite
+from rlvr_gym import Env, Failure, FailureKind, Task, TaskSuite
 from rlvr_gym.testing import temporary_env
 from rlvr_gym.testing.toy import echo_tasks
 
@@ -214,3 +216,24 @@ def test_train_from_python_fails_on_a_bad_env_id_before_any_ray_actor_starts(tin
         train(config)
     assert ray.is_initialized() == was_running  # no env pool, rollout worker or learner rank was started
     assert not (tmp_path / "run").exists()
+
+
+def _lost_batch(kind: str, worker_detail: bool, tokens: int = 0) -> RolloutBatch:
+    details = {"rollout_worker": 0, "timeout_s": 5.0} if worker_detail else {}
+    failure = Failure(FailureKind(kind), "rollout worker 0 did not return its shard within 5 s (hung)", details)
+    return RolloutBatch([Trajectory(f"t{i}", "testing/Echo-v0", truncated=True, failures=[failure], group=i // 2)
+                         for i in range(4)], tokens_generated=tokens)
+
+
+def test_steps_lost_with_their_rollout_workers_stop_the_run_only_when_in_a_row() -> None:
+    assert LOST_STEPS_LIMIT == 3
+    lost = _lost_batch("timeout", worker_detail=True)
+    assert check_not_all_crashed(lost, 5, 0) == 1 and check_not_all_crashed(lost, 6, 1) == 2
+    assert check_not_all_crashed(_lost_batch("timeout", True, tokens=7), 7, 2) == 0  # a step that generated resets
+    assert check_not_all_crashed(_lost_batch("env_crash", True), 8, 0) == 1  # a worker that died, restarted
+    with pytest.raises(TrainingError, match=r"every episode of RL steps 7-9 was lost with its rollout worker \(4 "
+                                            r"episodes of testing/Echo-v0 per step\).*\(hung\)"):
+        check_not_all_crashed(lost, 9, 2)
+    with pytest.raises(TrainingError, match="every episode of RL step 3 crashed"):  # the env's own crash: at once
+        check_not_all_crashed(_lost_batch("env_crash", worker_detail=False), 3, 0)
+    assert check_not_all_crashed(_lost_batch("timeout", worker_detail=False), 3, 0) == 0  # env timeouts: learnable

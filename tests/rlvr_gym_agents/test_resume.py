@@ -240,6 +240,45 @@ def test_a_leftover_checkpoint_old_alone_is_used(tiny_model_dir: Path, tmp_path:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint"]
 
 
+def test_a_checkpoints_files_are_on_disk_before_it_is_renamed_into_place(
+        tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every file and directory of checkpoint.tmp is fsynced before the renames publish it, the parent after."""
+    policy = TransformersPolicy.from_pretrained(str(tiny_model_dir), seed=0)
+    optimizer = torch.optim.AdamW(policy.model.parameters(), lr=1e-3)
+    _save(policy, optimizer, tmp_path / "checkpoint", 2)
+    events: list[tuple[str, str]] = []
+    fsync, rename, open_ = os.fsync, Path.rename, os.open
+    names: dict[int, str] = {}
+
+    def recording_open(path: str | Path, flags: int, *args: int) -> int:
+        fd = open_(path, flags, *args)
+        names[fd] = str(Path(path).relative_to(tmp_path))
+        return fd
+
+    def recording_fsync(fd: int) -> None:
+        events.append(("fsync", names.get(fd, "?")))
+        fsync(fd)
+
+    def recording_rename(self: Path, target: str | Path) -> Path:
+        events.append(("rename", str(self.relative_to(tmp_path))))
+        return rename(self, target)
+
+    monkeypatch.setattr(os, "open", recording_open)
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    monkeypatch.setattr(Path, "rename", recording_rename)
+    _save(policy, optimizer, tmp_path / "checkpoint", 4)
+    monkeypatch.undo()
+    synced = [name for kind, name in events if kind == "fsync"]
+    first_publish = events.index(("rename", "checkpoint"))  # the old checkpoint steps aside
+    files = {str(p.relative_to(tmp_path)).replace("checkpoint/", "checkpoint.tmp/", 1)
+             for p in (tmp_path / "checkpoint").rglob("*") if p.is_file()}
+    files.discard("checkpoint.tmp/trainer_state.pt")
+    before = {name for kind, name in events[:first_publish] if kind == "fsync"}
+    assert files | {"checkpoint.tmp/trainer_state.pt.part", "checkpoint.tmp"} <= before
+    assert synced[-1] == "." and events[-1] == ("fsync", ".")  # the parent, after the renames
+    assert torch.load(tmp_path / "checkpoint" / "trainer_state.pt", weights_only=False)["step"] == 4
+
+
 def test_truncating_the_log_keeps_the_first_records(tmp_path: Path) -> None:
     logger = MetricsLogger(tmp_path, trackers=())
     for step in range(5):
