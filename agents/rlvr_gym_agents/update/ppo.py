@@ -135,7 +135,7 @@ class GradientSync(Protocol):
     """How the ranks of a data-parallel update combine what each computed on its rows of a mini-batch.
 
     One process has nothing to combine (:func:`update_shard` with ``sync=None``); a learner group's ranks implement
-    it with torch.distributed collectives (:class:`rlvr_gym_agents.cluster.learner.TorchDistributedSync`). Every
+    it with torch.distributed collectives (:class:`rlvr_gym_agents.cluster.sync.TorchDistributedSync`). Every
     rank calls every method once per mini-batch, in the same order, even when it holds none of its rows.
     """
 
