@@ -15,7 +15,7 @@ Needs ``iverilog`` (Icarus Verilog 11+) and a sandbox (bubblewrap or Docker); se
 """
 
 from rlvr_gym.registry import register
-from rlvr_gym_rtl.env import VerilogEnv
+from rlvr_gym_rtl.env import VerilogEnv, malformed_designs
 from rlvr_gym_rtl.generated import EASY_KINDS
 from rlvr_gym_rtl.judge import Judgement, RtlJudge
 from rlvr_gym_rtl.problem import RtlProblem
@@ -38,4 +38,4 @@ register("rtl/GeneratedEasy-Refine-v0", _ENTRY, max_turns=3,
          default_suite="rtl/generated-easy-dev",
          description="Generated combinational RTL problems, 3 submissions with feedback, partial credit")
 
-__all__ = ["Judgement", "RewardConfig", "RtlJudge", "RtlProblem", "VerilogEnv", "verdict"]
+__all__ = ["Judgement", "RewardConfig", "RtlJudge", "RtlProblem", "VerilogEnv", "malformed_designs", "verdict"]

@@ -12,7 +12,9 @@ submission is an answer, so running out of them ends the task rather than trunca
 Rewards: 0.0 on intermediate turns; on the last step the verdict's value (1.0 pass / 0.0 fail, or partial
 credit when configured). ``info["reward_details"]`` and ``info["success"]`` on the last step;
 ``info["attempt"]`` (the verdict of this submission: value, reason, components) on every step;
-``info["failure"]``: ``parse_error`` (no design in the action), ``invalid_action`` (forbidden construct or
+``info["admissible_actions"]`` on reset and on every step that leaves submissions: near misses of the reference
+(:func:`rlvr_gym_rtl.problem.near_miss_designs`, for warm starts that inject mistakes; the policy never sees
+``info``). ``info["failure"]``: ``parse_error`` (no design in the action), ``invalid_action`` (forbidden construct or
 wrong interface), ``timeout``, ``sandbox_error``, ``verifier_error`` (the problem's reference itself fails).
 
 Tasks: ``task.data`` embeds a problem (``name``, ``prompt``, ``reference``, ``testbench``), names one in a
@@ -39,7 +41,7 @@ from rlvr_gym.failures import FailureKind
 from rlvr_gym.tasks import Task
 from rlvr_gym_rtl.generated import KINDS, generate_problem
 from rlvr_gym_rtl.judge import RtlJudge
-from rlvr_gym_rtl.problem import ProblemError, RtlProblem, gold_action
+from rlvr_gym_rtl.problem import ProblemError, RtlProblem, design_slips, gold_action, near_miss_designs
 from rlvr_gym_rtl.verdict import RewardConfig
 from rlvr_gym_rtl.verilog_eval import BUNDLED_DIR, IVERILOG11_LIMITS, load_problem, problem_names, resolve_problem_dir
 
@@ -98,13 +100,16 @@ class VerilogEnv(Env):
         config = RewardConfig(partial_credit=partial_credit, require_synthesis=require_synthesis)
         self.judge = RtlJudge(config, timeout_s=timeout_s, sandbox=sandbox, equivalence=equivalence)
         self.problem: RtlProblem | None = None
+        self._near_misses: list[str] | None = None
 
     def _reset(self, task: Task | None) -> tuple[str, dict[str, Any]]:
         self.problem = self._problem_for(task)
         attempts = "" if self.max_turns == 1 else (
             f"\n\nYou have {self.max_turns} submissions; after a failing one you will see the simulator's feedback.")
         obs = f"{self.problem.prompt.strip()}\n\n{ANSWER_FORMAT}{attempts}"
-        return obs, {"problem": self.problem.name, "attempts_left": self.max_turns}
+        self._near_misses = None
+        return obs, {"problem": self.problem.name, "attempts_left": self.max_turns,
+                     "admissible_actions": self.near_misses()}
 
     def _step(self, action: str) -> StepResult:
         assert self.problem is not None, "reset() sets the problem"
@@ -122,6 +127,7 @@ class VerilogEnv(Env):
             info["success"] = result.success
             return StepResult(judgement.feedback, result.value, True, False, info)
         left = self.max_turns - self.turn
+        info["admissible_actions"] = self.near_misses()
         obs = f"{judgement.feedback}\n\nSubmit a corrected design ({left} submission{'s' if left > 1 else ''} left)."
         return StepResult(obs, 0.0, False, False, info)
 
@@ -139,6 +145,19 @@ class VerilogEnv(Env):
         if self.problem is None:
             raise RuntimeError("oracle_action() needs a problem; call reset() first")
         return gold_action(self.problem.reference_solution())
+
+    def near_misses(self) -> list[str]:
+        """Wrong answers one edit from the reference (:func:`rlvr_gym_rtl.problem.near_miss_designs`), computed
+        once per problem.
+
+        Raises:
+            RuntimeError: before :meth:`reset`.
+        """
+        if self.problem is None:
+            raise RuntimeError("near_misses() needs a problem; call reset() first")
+        if self._near_misses is None:
+            self._near_misses = near_miss_designs(self.problem.reference_solution())
+        return list(self._near_misses)
 
     def _problem_for(self, task: Task | None) -> RtlProblem:
         if task is not None and task.data:
@@ -161,3 +180,19 @@ class VerilogEnv(Env):
         if not names:
             raise ProblemError(f"no VerilogEval problems in {directory}")
         return load_problem(directory, names[int(self.np_random.integers(len(names)))])
+
+
+def malformed_designs(env: Env) -> list[str]:
+    """Slips of the reference that the judge rejects before simulating (:func:`rlvr_gym_rtl.problem.design_slips`),
+    for SFT demonstrations with invalid actions (``sft.invalid_actions=rlvr_gym_rtl:malformed_designs``): the
+    judge's feedback to them and the expert's recovery enter the demonstration; the slips are never imitated.
+
+    Raises:
+        TypeError: when ``env`` is not a :class:`VerilogEnv`.
+        RuntimeError: before ``reset``.
+    """
+    if not isinstance(env, VerilogEnv):
+        raise TypeError(f"malformed_designs needs a VerilogEnv, got {type(env).__name__}")
+    if env.problem is None:
+        raise RuntimeError("malformed_designs() needs a problem; call reset() first")
+    return design_slips(env.problem.reference_solution())
