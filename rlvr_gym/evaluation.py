@@ -438,23 +438,27 @@ def evaluate(
     if env_factory is make:
         for env_id in sorted({t.env_id for t in task_list}):
             spec(env_id)  # an unknown id fails before any episode runs
-    if isinstance(agent, EpisodeAgent):
-        records = agent.run_episodes([(task, sample) for task in task_list for sample in range(k)], env_factory)
-        return EvalReport(summarize(records, k), records)
-    if env_threads is None:  # the ids were checked above; another factory's ids may be unknown to the registry
-        env_threads = env_factory is make and all(spec(env_id).concurrent_steps for env_id in {t.env_id for t in task_list})
-    episodes = [_Episode(task, sample) for task in task_list for sample in range(k)]
-    with _progress_bar(len(episodes), progress) as bar:
-        if isinstance(agent, BatchAgent):
-            _run_batched(agent, episodes, env_factory, max_parallel if env_threads else 0, max_parallel, bar)
-        elif isinstance(agent, Agent) or callable(agent):
-            for episode in episodes:
-                _run_single(agent, episode, env_factory, episodes)
-                bar.update(1)
-        else:
-            raise TypeError(f"agent must have act(), act_batch() or be callable; got {type(agent).__name__}")
-    records = [episode.record for episode in episodes]
-    return EvalReport(summarize(records, k, by), records)
+    with contextlib.ExitStack() as held:
+        if env_factory is make:  # envs made here reuse what their class shares in a process (web: one Chromium)
+            for env_id in sorted({t.env_id for t in task_list}):
+                held.enter_context(spec(env_id).hold_shared_resources())
+        if isinstance(agent, EpisodeAgent):
+            records = agent.run_episodes([(task, sample) for task in task_list for sample in range(k)], env_factory)
+            return EvalReport(summarize(records, k), records)
+        if env_threads is None:  # the ids were checked above; another factory's ids may be unknown to the registry
+            env_threads = env_factory is make and all(spec(env_id).concurrent_steps for env_id in {t.env_id for t in task_list})
+        episodes = [_Episode(task, sample) for task in task_list for sample in range(k)]
+        with _progress_bar(len(episodes), progress) as bar:
+            if isinstance(agent, BatchAgent):
+                _run_batched(agent, episodes, env_factory, max_parallel if env_threads else 0, max_parallel, bar)
+            elif isinstance(agent, Agent) or callable(agent):
+                for episode in episodes:
+                    _run_single(agent, episode, env_factory, episodes)
+                    bar.update(1)
+            else:
+                raise TypeError(f"agent must have act(), act_batch() or be callable; got {type(agent).__name__}")
+        records = [episode.record for episode in episodes]
+        return EvalReport(summarize(records, k, by), records)
 
 
 def _run_single(agent: Any, episode: _Episode, env_factory: Callable[[str], Env], episodes: list[_Episode]) -> None:

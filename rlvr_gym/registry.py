@@ -75,6 +75,14 @@ class EnvSpec:
         factory = _load_entry_point(self.entry_point) if isinstance(self.entry_point, str) else self.entry_point
         return isinstance(factory, type) and issubclass(factory, Env) and factory.concurrent_steps
 
+    def hold_shared_resources(self) -> contextlib.AbstractContextManager[object]:
+        """The env class's :meth:`rlvr_gym.Env.hold_shared_resources` (a no-op context for an entry point that is
+        a plain factory function)."""
+        factory = _load_entry_point(self.entry_point) if isinstance(self.entry_point, str) else self.entry_point
+        if isinstance(factory, type) and issubclass(factory, Env):
+            return factory.hold_shared_resources()
+        return contextlib.nullcontext()
+
     def make(self, **overrides: Any) -> Env:
         """Builds the env with ``kwargs`` updated by ``overrides``."""
         factory = _load_entry_point(self.entry_point) if isinstance(self.entry_point, str) else self.entry_point

@@ -462,9 +462,12 @@ def evaluation_due(config: TrainConfig, step: int, previous_tokens: int, tokens:
 @contextlib.contextmanager
 def env_factory_of(config: TrainConfig) -> Iterator[Callable[..., Env]]:
     """``rlvr_gym.make``, or with ``env.num_workers > 0`` the ``make`` of an :class:`EnvPool` (envs matching
-    ``env.remote`` run in Ray workers) that is closed when the block ends."""
+    ``env.remote`` run in Ray workers) that is closed when the block ends. In-process, what the env class shares
+    (the web family's Chromium) stays open for the whole run: demonstrations, evaluations and RL steps make and
+    close envs all along."""
     if config.env.num_workers == 0:
-        yield rlvr_gym.make
+        with spec(config.env.env_id).hold_shared_resources():
+            yield rlvr_gym.make
         return
     from rlvr_gym.workers import EnvPool
 

@@ -24,7 +24,7 @@ from rlvr_gym.core import Env, StepResult
 from rlvr_gym.failures import Failure, FailureKind
 from rlvr_gym.verifier import RewardResult
 from rlvr_gym_web.actions import Action, ActionParseError, parse_action, url_allowed
-from rlvr_gym_web.browser import BrowserHost, acquire_browser, release_browser
+from rlvr_gym_web.browser import BrowserHost, acquire_browser, keep_browser_warm, release_browser
 
 FIXED_TIME = "2024-03-15T10:00:00Z"
 _OBSERVE_JS = (Path(__file__).parent / "js" / "observe.js").read_text(encoding="utf-8")
@@ -261,6 +261,12 @@ class BrowserEnv(Env):
         if context is not None:
             with contextlib.suppress(Exception):
                 context.close()
+
+    @classmethod
+    def hold_shared_resources(cls) -> contextlib.AbstractContextManager[object]:
+        """Keeps the process's Chromium running for the block (:func:`rlvr_gym_web.browser.keep_browser_warm`),
+        so the envs made and closed inside it open contexts in one browser instead of relaunching it."""
+        return keep_browser_warm()
 
     def release_episode(self) -> None:
         """Closes the episode's page and context but keeps this env's hold on the browser (an env-worker
