@@ -435,17 +435,11 @@ def evaluate(
         raise ValueError(f"k and max_parallel must be >= 1, got k={k}, max_parallel={max_parallel}")
     if not task_list:
         raise ValueError("evaluate() got no tasks")
-    if env_factory is make:
-        for env_id in sorted({t.env_id for t in task_list}):
-            spec(env_id)  # an unknown id fails before any episode runs
-    with contextlib.ExitStack() as held:
-        if env_factory is make:  # envs made here reuse what their class shares in a process (web: one Chromium)
-            for env_id in sorted({t.env_id for t in task_list}):
-                held.enter_context(spec(env_id).hold_shared_resources())
+    with _shared_resources(task_list, env_factory):
         if isinstance(agent, EpisodeAgent):
             records = agent.run_episodes([(task, sample) for task in task_list for sample in range(k)], env_factory)
             return EvalReport(summarize(records, k), records)
-        if env_threads is None:  # the ids were checked above; another factory's ids may be unknown to the registry
+        if env_threads is None:  # the ids were checked; another factory's ids may be unknown to the registry
             env_threads = env_factory is make and all(spec(env_id).concurrent_steps for env_id in {t.env_id for t in task_list})
         episodes = [_Episode(task, sample) for task in task_list for sample in range(k)]
         with _progress_bar(len(episodes), progress) as bar:
@@ -457,8 +451,23 @@ def evaluate(
                     bar.update(1)
             else:
                 raise TypeError(f"agent must have act(), act_batch() or be callable; got {type(agent).__name__}")
-        records = [episode.record for episode in episodes]
-        return EvalReport(summarize(records, k, by), records)
+    records = [episode.record for episode in episodes]
+    return EvalReport(summarize(records, k, by), records)
+
+
+def _shared_resources(tasks: list[Task], env_factory: Callable[[str], Env]) -> contextlib.ExitStack:
+    """With ``make``: checks every task's env id (an unknown id fails before any episode runs) and holds what each
+    env class shares in a process (:meth:`rlvr_gym.Env.hold_shared_resources`: the web family's Chromium) until
+    the returned stack closes. Another factory (an env pool) owns its envs' resources: nothing is held.
+
+    Raises:
+        rlvr_gym.UnknownEnvError: when a task names an env id that is not registered.
+    """
+    with contextlib.ExitStack() as held:  # closes what it already holds when an id fails
+        if env_factory is make:
+            for env_id in sorted({t.env_id for t in tasks}):
+                held.enter_context(spec(env_id).hold_shared_resources())
+        return held.pop_all()
 
 
 def _run_single(agent: Any, episode: _Episode, env_factory: Callable[[str], Env], episodes: list[_Episode]) -> None:

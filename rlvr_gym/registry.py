@@ -68,24 +68,30 @@ class EnvSpec:
         """The part of the id before the slash."""
         return self.id.split("/", 1)[0]
 
+    def factory(self) -> Callable[..., Env]:
+        """The entry point, imported when it is a ``"package.module:Name"`` string."""
+        return _load_entry_point(self.entry_point) if isinstance(self.entry_point, str) else self.entry_point
+
+    def env_class(self) -> type[Env] | None:
+        """The env's class, or None for an entry point that is a plain factory function (its class is unknown
+        until it runs)."""
+        factory = self.factory()
+        return factory if isinstance(factory, type) and issubclass(factory, Env) else None
+
     @property
     def concurrent_steps(self) -> bool:
-        """The env class's :attr:`rlvr_gym.Env.concurrent_steps` (False for an entry point that is a plain
-        factory function, whose class is unknown until it runs)."""
-        factory = _load_entry_point(self.entry_point) if isinstance(self.entry_point, str) else self.entry_point
-        return isinstance(factory, type) and issubclass(factory, Env) and factory.concurrent_steps
+        """The env class's :attr:`rlvr_gym.Env.concurrent_steps` (False when the class is unknown)."""
+        cls = self.env_class()
+        return cls is not None and cls.concurrent_steps
 
     def hold_shared_resources(self) -> contextlib.AbstractContextManager[object]:
-        """The env class's :meth:`rlvr_gym.Env.hold_shared_resources` (a no-op context for an entry point that is
-        a plain factory function)."""
-        factory = _load_entry_point(self.entry_point) if isinstance(self.entry_point, str) else self.entry_point
-        if isinstance(factory, type) and issubclass(factory, Env):
-            return factory.hold_shared_resources()
-        return contextlib.nullcontext()
+        """The env class's :meth:`rlvr_gym.Env.hold_shared_resources` (a no-op context when the class is unknown)."""
+        cls = self.env_class()
+        return contextlib.nullcontext() if cls is None else cls.hold_shared_resources()
 
     def make(self, **overrides: Any) -> Env:
         """Builds the env with ``kwargs`` updated by ``overrides``."""
-        factory = _load_entry_point(self.entry_point) if isinstance(self.entry_point, str) else self.entry_point
+        factory = self.factory()
         kwargs = dict(self.kwargs)
         if self.max_turns is not None:
             kwargs.setdefault("max_turns", self.max_turns)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import pytest
 from rlvr_gym_web.browser import marked_browsers
@@ -19,6 +20,14 @@ def own_browsers() -> list[int]:
     return [pid for pid, owner in marked_browsers().items() if owner == os.getpid()]
 
 
+def wait_for_no_own_browser(timeout_s: float = 5.0) -> None:
+    """Waits until this process has no browser running (closing is asynchronous), failing after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while own_browsers() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert own_browsers() == []
+
+
 def test_no_warm_browser_is_held_here() -> None:
     assert own_browsers() == []
 
@@ -30,10 +39,7 @@ def test_close_leaves_no_browser_running() -> None:
     assert own_browsers()
     env.close()
     env.close()
-    deadline = time.monotonic() + 5
-    while own_browsers() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert own_browsers() == []
+    wait_for_no_own_browser()
 
 
 def test_close_check_passes_with_a_cold_browser() -> None:
@@ -56,25 +62,19 @@ def test_held_resources_keep_one_browser_across_envs() -> None:
         assert own_browsers() == first  # closing the env did not close the browser
         second = _episode_browser("web/Widgets-v0", 2)
     assert len(first) == 1 and second == first  # the second env used the first env's Chromium
-    deadline = time.monotonic() + 5
-    while own_browsers() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert own_browsers() == []  # leaving the block closed it
+    wait_for_no_own_browser()  # leaving the block closed it
 
 
 def test_training_runs_hold_the_browser_for_the_whole_run() -> None:
     from rlvr_gym_agents.config import load_config
     from rlvr_gym_agents.train import env_factory_of
 
-    config = load_config("agents/recipes/web-tiny.yaml")
+    config = load_config(Path(__file__).resolve().parents[2] / "agents" / "recipes" / "web-tiny.yaml")
     with env_factory_of(config) as make:
         assert make is rlvr_gym.make
         first = _episode_browser("web/Widgets-v0", 3)
         assert own_browsers() == first
-    deadline = time.monotonic() + 5
-    while own_browsers() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert own_browsers() == []
+    wait_for_no_own_browser()
 
 
 def test_evaluate_keeps_one_browser_for_all_its_episodes() -> None:
