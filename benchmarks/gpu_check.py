@@ -15,7 +15,9 @@ seconds), update tokens/s (``train_tokens_per_s``), SFT seconds, peak GPU memory
 step and the mean of the first and second half, pass@1 before and after.
 
 Run on a GPU machine: ``python benchmarks/gpu_check.py --device cuda``; on the CPU in under a minute or two:
-``python benchmarks/gpu_check.py --device cpu --tiny``.
+``python benchmarks/gpu_check.py --device cpu --tiny``. ``--override KEY=VALUE`` (repeatable) runs the same check over
+another part of the GPU path: ``rollout.sampler=tree`` (tree rollouts), ``model.lora.rank=16`` (LoRA through PEFT),
+``train.precision=pure`` (parameters in ``--dtype``).
 """
 
 from __future__ import annotations
@@ -57,12 +59,25 @@ def check_overrides(device: str, tiny: bool, steps: int, out: Path, dtype: str =
     ]
 
 
-def run_check(device: str, tiny: bool, steps: int, out: Path, dtype: str = "bfloat16") -> dict[str, Any]:
-    """Runs the check; returns (and writes to ``out/gpu_check.json``) its measurements."""
+def check_config(device: str, tiny: bool, steps: int, out: Path, dtype: str = "bfloat16",
+                 extra: list[str] | None = None) -> Any:
+    """The check's validated :class:`~rlvr_gym_agents.config.TrainConfig`: the quickstart recipe, the check's
+    overrides, then ``extra`` (``KEY=VALUE``; a later override of the same key wins). Raises ``ConfigError``."""
     from rlvr_gym_agents.config import load_config
+
+    return load_config(RECIPE, [*check_overrides(device, tiny, steps, out, dtype), *(extra or [])])
+
+
+def run_check(device: str, tiny: bool, steps: int, out: Path, dtype: str = "bfloat16",
+              extra: list[str] | None = None) -> dict[str, Any]:
+    """Runs the check; returns (and writes to ``out/gpu_check.json``) its measurements.
+
+    ``extra``: more ``KEY=VALUE`` overrides applied after the check's own (``rollout.sampler=tree``, ``model.lora.rank=16``,
+    ``train.precision=pure``): the same check over another part of the GPU path.
+    """
     from rlvr_gym_agents.train import train
 
-    config = load_config(RECIPE, check_overrides(device, tiny, steps, out, dtype))
+    config = check_config(device, tiny, steps, out, dtype, extra)
     cuda = device.startswith("cuda")
     if cuda:
         torch.cuda.reset_peak_memory_stats()
@@ -74,7 +89,8 @@ def run_check(device: str, tiny: bool, steps: int, out: Path, dtype: str = "bflo
     rewards = [float(r["reward_mean"]) for r in rl]
     half = max(1, len(rewards) // 2)
     result = {
-        "device": device, "tiny": tiny, "dtype": dtype, "precision": "mixed",
+        "device": device, "tiny": tiny, "dtype": dtype, "precision": config.train.precision,
+        "overrides": list(extra or []),
         "gpu": torch.cuda.get_device_name(0) if cuda else None,
         "parameters": _parameters(out / "run" / "tiny_init"),
         "rollout_tokens_per_s": sum(r["tokens_generated"] for r in rl) / max(sum(r["rollout_s"] for r in rl), 1e-9),
@@ -108,15 +124,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"],
                         help="autocast dtype over fp32 master weights (default bfloat16)")
     parser.add_argument("--out", help="output folder (default: a temporary one)")
+    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                        help="a recipe override applied after the check's own (repeatable), e.g. rollout.sampler=tree")
     args = parser.parse_args(argv)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print("gpu_check: no CUDA device here; run with --device cpu --tiny for the CPU smoke check", file=sys.stderr)
         return 2
     out = Path(args.out or tempfile.mkdtemp(prefix="gpu_check-"))
     steps = args.steps if args.steps is not None else (2 if args.tiny else 10)
-    result = run_check(args.device, args.tiny, steps, out, args.dtype)
+    result = run_check(args.device, args.tiny, steps, out, args.dtype, args.override)
     print(f"gpu_check on {result['gpu'] or args.device} ({'tiny' if args.tiny else '~110M'} model, "
-          f"{result['parameters']:,} parameters, mixed precision {args.dtype}):")
+          f"{result['parameters']:,} parameters, {result['precision']} precision {args.dtype}"
+          f"{', ' + ' '.join(args.override) if args.override else ''}):")
     for key in ("rollout_tokens_per_s", "update_tokens_per_s", "sft_s", "peak_gpu_memory_gib", "reward_first_half",
                 "reward_second_half", "pass@1_before", "pass@1_after", "elapsed_s"):
         value = result[key]

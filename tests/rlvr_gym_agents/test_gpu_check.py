@@ -31,6 +31,14 @@ def test_the_gpu_check_recipe_is_a_110m_mixed_precision_run(tmp_path: Path) -> N
         "cuda", "bfloat16", "mixed", "transformers")
 
 
+def test_extra_overrides_come_after_the_checks_own(tmp_path: Path) -> None:
+    check = _gpu_check()
+    config = check.check_config("cuda", False, 10, tmp_path, extra=["rollout.sampler=tree", "model.lora.rank=16",
+                                                                       "train.precision=pure"])
+    assert (config.rollout.sampler, config.model.lora.rank, config.train.precision) == ("tree", 16, "pure")
+    assert config.model.hidden_size == 768  # the check's own overrides still apply
+
+
 @pytest.mark.slow
 def test_the_cpu_tiny_check_runs_end_to_end(tmp_path: Path) -> None:
     result = _gpu_check().run_check("cpu", True, 2, tmp_path)
