@@ -436,23 +436,28 @@ def evaluate(
     if not task_list:
         raise ValueError("evaluate() got no tasks")
     with _shared_resources(task_list, env_factory):
-        if isinstance(agent, EpisodeAgent):
-            records = agent.run_episodes([(task, sample) for task in task_list for sample in range(k)], env_factory)
-            return EvalReport(summarize(records, k), records)
-        if env_threads is None:  # the ids were checked; another factory's ids may be unknown to the registry
-            env_threads = env_factory is make and all(spec(env_id).concurrent_steps for env_id in {t.env_id for t in task_list})
-        episodes = [_Episode(task, sample) for task in task_list for sample in range(k)]
-        with _progress_bar(len(episodes), progress) as bar:
-            if isinstance(agent, BatchAgent):
-                _run_batched(agent, episodes, env_factory, max_parallel if env_threads else 0, max_parallel, bar)
-            elif isinstance(agent, Agent) or callable(agent):
-                for episode in episodes:
-                    _run_single(agent, episode, env_factory, episodes)
-                    bar.update(1)
-            else:
-                raise TypeError(f"agent must have act(), act_batch() or be callable; got {type(agent).__name__}")
-    records = [episode.record for episode in episodes]
+        records = _run_episodes(agent, task_list, k, env_factory, max_parallel, env_threads, progress)
     return EvalReport(summarize(records, k, by), records)
+
+
+def _run_episodes(agent: Any, tasks: list[Task], k: int, env_factory: Callable[[str], Env], max_parallel: int,
+                  env_threads: bool | None, progress: bool) -> list[EpisodeRecord]:
+    """``k`` episodes per task with ``agent`` (any kind :func:`evaluate` takes), in task then sample order."""
+    if isinstance(agent, EpisodeAgent):
+        return agent.run_episodes([(task, sample) for task in tasks for sample in range(k)], env_factory)
+    if env_threads is None:  # the ids were checked; another factory's ids may be unknown to the registry
+        env_threads = env_factory is make and all(spec(env_id).concurrent_steps for env_id in {t.env_id for t in tasks})
+    episodes = [_Episode(task, sample) for task in tasks for sample in range(k)]
+    with _progress_bar(len(episodes), progress) as bar:
+        if isinstance(agent, BatchAgent):
+            _run_batched(agent, episodes, env_factory, max_parallel if env_threads else 0, max_parallel, bar)
+        elif isinstance(agent, Agent) or callable(agent):
+            for episode in episodes:
+                _run_single(agent, episode, env_factory, episodes)
+                bar.update(1)
+        else:
+            raise TypeError(f"agent must have act(), act_batch() or be callable; got {type(agent).__name__}")
+    return [episode.record for episode in episodes]
 
 
 def _shared_resources(tasks: list[Task], env_factory: Callable[[str], Env]) -> contextlib.ExitStack:

@@ -24,7 +24,9 @@ def test_the_harness_runs_a_policy_agent_through_the_episode_runner(tiny_model_d
     ours, records = evaluate_policy(policy, chat, tasks, 2, sampling)
     agent = PolicyAgent(policy, chat, sampling)
     assert isinstance(agent, EpisodeAgent)
-    harness = evaluate(agent, tasks, k=2, progress=False)
+    harness = evaluate(agent, tasks, k=2, progress=False, by=("env_id",))
+    (env_id,) = {task.env_id for task in tasks}  # `by` splits an episode agent's records too (rlvr-gym eval --by)
+    assert harness.metrics["by"]["env_id"][env_id]["pass@1"] == harness.metrics["pass@1"]
     assert [r.actions for r in records] == [r.actions for r in harness.records]
     assert [(r.success, r.turns, r.truncated, r.failure) for r in records] == \
         [(r.success, r.turns, r.truncated, r.failure) for r in harness.records]
