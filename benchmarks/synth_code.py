@@ -2,7 +2,9 @@
 
 * Oracle: the gold agent through the evaluation harness on ``code/synth-test`` (must be 1.0).
 * Judge time: wall-clock seconds of one ``env.step`` (gold program, six hidden cases) in a fresh sandbox per
-  step vs the env's persistent batch sandbox (``persistent_sandbox=True``), interleaved, min/median/max.
+  step vs the env's persistent batch sandbox (``persistent_sandbox=True``) vs a new env per episode inside
+  ``hold_shared_resources()`` (the shared judge pool the trainer and evaluations use), interleaved,
+  min/median/max.
 * Episode length: the longest three-turn failing episode (prompt, three near misses, the two feedbacks
   between them) of the first ``--num-tasks`` training tasks, in characters and, when the tiny builder offers
   byte-level BPE (``build_tokenizer(texts, kind="bpe")``), in tokens of a BPE trained on those episodes.
@@ -22,22 +24,32 @@ from rlvr_gym.testing import GoldAgent
 
 
 def judge_times(repeats: int) -> dict[str, list[float]]:
-    """Seconds per gold step, fresh sandbox vs persistent, interleaved over the first test tasks."""
+    """Seconds per gold step, interleaved over the first test tasks: a fresh sandbox per step, the env's own
+    persistent sandbox, and a new env per episode inside ``hold_shared_resources()`` (as the trainer and
+    evaluations make them: the env borrows one of the process's shared warm sandboxes)."""
     tasks = rlvr_gym.load_suite("code/synth-test").tasks
-    envs = {"fresh": rlvr_gym.make("code/Synth-v0"), "persistent": rlvr_gym.make("code/Synth-v0", persistent_sandbox=True)}
-    times: dict[str, list[float]] = {name: [] for name in envs}
+    envs = {"fresh": rlvr_gym.make("code/Synth-v0", persistent_sandbox=False),
+            "persistent": rlvr_gym.make("code/Synth-v0", persistent_sandbox=True)}
+    times: dict[str, list[float]] = {name: [] for name in [*envs, "shared pool"]}
     try:
-        for env in envs.values():  # start the persistent sandbox outside the timing
-            env.reset(options={"task": tasks[0]})
-            env.step(tasks[0].gold[0])  # type: ignore[index]
-        for i in range(repeats):
-            task = tasks[i % len(tasks)]
-            for name, env in envs.items():
-                env.reset(options={"task": task})
-                start = time.perf_counter()
-                reward = env.step(task.gold[0]).reward  # type: ignore[index]
-                times[name].append(time.perf_counter() - start)
-                assert reward == 1.0, (name, task.id)
+        with rlvr_gym.registry.spec("code/Synth-v0").hold_shared_resources():
+            for name in [*envs, "shared pool"]:  # start the long-lived sandboxes outside the timing
+                env = envs.get(name) or rlvr_gym.make("code/Synth-v0")
+                env.reset(options={"task": tasks[0]})
+                env.step(tasks[0].gold[0])  # type: ignore[index]
+                if name not in envs:
+                    env.close()
+            for i in range(repeats):
+                task = tasks[i % len(tasks)]
+                for name in times:
+                    env = envs.get(name) or rlvr_gym.make("code/Synth-v0")
+                    env.reset(options={"task": task})
+                    start = time.perf_counter()
+                    reward = env.step(task.gold[0]).reward  # type: ignore[index]
+                    times[name].append(time.perf_counter() - start)
+                    if name not in envs:
+                        env.close()
+                    assert reward == 1.0, (name, task.id)
     finally:
         for env in envs.values():
             env.close()
@@ -89,7 +101,7 @@ def main() -> None:
     print(f"oracle (gold agent) pass@1 on code/synth-test ({len(test)} tasks): {report.metrics['pass@1']:.3f} "
           f"in {time.perf_counter() - start:.1f} s")
     for name, values in judge_times(args.repeats).items():
-        print(f"judge time per step, {name:10s}: min {min(values) * 1e3:.1f} ms, median "
+        print(f"judge time per step, {name:11s}: min {min(values) * 1e3:.1f} ms, median "
               f"{statistics.median(values) * 1e3:.1f} ms, max {max(values) * 1e3:.1f} ms ({len(values)} steps)")
     episodes = failing_episodes(args.num_tasks)
     chars = [sum(len(t) for t in e[:-1]) for e in episodes]

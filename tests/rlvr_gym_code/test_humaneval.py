@@ -175,3 +175,56 @@ def test_persistent_sandbox_gives_the_same_verdicts_forks_and_closes() -> None:
     clone.close()
     assert [p for p in me.children() if p.pid not in before and p.is_running()
             and p.status() != psutil.STATUS_ZOMBIE] == []
+
+
+def test_envs_made_inside_hold_shared_resources_judge_in_the_shared_warm_sandboxes() -> None:
+    import threading
+
+    import psutil
+    from rlvr_gym_code.batch import shared_judges
+    from rlvr_gym_code.humaneval import HumanEvalEnv
+
+    suite = load_suite("code/humaneval_refine")
+    me = psutil.Process()
+    before = {p.pid for p in me.children()}
+    assert shared_judges() is None
+    with HumanEvalEnv.hold_shared_resources() as pool, HumanEvalEnv.hold_shared_resources() as nested:
+        assert shared_judges() is pool is nested
+        zygotes = []
+        for task, action, reward in [(suite[1], suite[1].wrong[0], 0.0), (suite[2], suite[2].gold[0], 1.0)]:  # type: ignore[index]
+            env = rlvr_gym.make("code/HumanEval-Refine-v0")  # one env per episode, as the trainer makes them
+            env.reset(options={"task": task})
+            assert env.step(action).reward == reward
+            env.close()
+            (judge,) = pool._idle[(env.backend, env.limits)]  # type: ignore[attr-defined]
+            zygotes.append(judge._session)
+        assert zygotes[0] is not None and zygotes[0] is zygotes[1]  # the second episode reused the first's
+        # concurrent steps borrow different judges, and each verdict is its own program's
+        envs = [rlvr_gym.make("code/HumanEval-Refine-v0") for _ in range(3)]
+        for env in envs:
+            env.reset(options={"task": suite[1]})
+        actions = [suite[1].gold[0], suite[1].wrong[0], suite[1].gold[0]]  # type: ignore[index]
+        rewards: list[float] = [0.0] * 3
+        barrier = threading.Barrier(3)
+
+        def step(i: int) -> None:
+            barrier.wait()
+            rewards[i] = envs[i].step(actions[i]).reward
+
+        threads = [threading.Thread(target=step, args=(i,)) for i in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert rewards == [1.0, 0.0, 1.0]
+        assert 1 <= len(pool._idle[(envs[0].backend, envs[0].limits)]) <= 3  # type: ignore[attr-defined]
+        for env in envs:
+            env.close()
+        # an explicit persistent_sandbox=False still starts a fresh sandbox per step
+        fresh = rlvr_gym.make("code/HumanEval-Refine-v0", persistent_sandbox=False)
+        with fresh.step_judge() as judge:  # type: ignore[attr-defined]
+            assert judge is None
+        fresh.close()
+    assert shared_judges() is None  # the last holder left: its sandboxes are stopped
+    assert [p for p in me.children() if p.pid not in before and p.is_running()
+            and p.status() != psutil.STATUS_ZOMBIE] == []

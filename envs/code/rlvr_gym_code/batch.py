@@ -6,12 +6,14 @@ stay outside the sandbox.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import secrets
 import stat
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -140,6 +142,87 @@ class BatchJudge:
 
     def __del__(self) -> None:
         self.close()
+
+
+class JudgePool:
+    """Long-lived :class:`BatchJudge` sandboxes shared by every env of a process: a step borrows an idle one
+    with the same back-end and limits (or starts one) and gives it back, so episodes that make and close an
+    env each still judge in a warm zygote (the trainer and :func:`rlvr_gym.evaluate` make one env per
+    episode). Each program keeps its own process and its sweep (:class:`BatchJudge`), so sharing a zygote
+    between episodes isolates them as sharing it between the steps of one env does. Thread-safe: concurrent
+    steps borrow different judges, so the pool grows to the number of steps judged at once.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: dict[tuple[str, SandboxLimits], list[BatchJudge]] = {}
+        self._open = True
+
+    @contextlib.contextmanager
+    def borrow(self, backend: str, limits: SandboxLimits) -> Iterator[BatchJudge | None]:
+        """An idle judge for ``(backend, limits)`` for the block, or a new one; None when the back-end
+        cannot batch (not bwrap: the caller judges in a fresh sandbox per program)."""
+        key = (backend, limits)
+        with self._lock:
+            idle = self._idle.get(key)
+            judge = idle.pop() if idle else None
+        if judge is None:
+            try:
+                judge = BatchJudge(interactive_sandbox(backend), limits)
+            except SandboxUnavailableError:
+                yield None
+                return
+        try:
+            yield judge
+        finally:
+            with self._lock:
+                if self._open:
+                    self._idle.setdefault(key, []).append(judge)
+                    judge = None
+            if judge is not None:
+                judge.close()
+
+    def close(self) -> None:
+        """Stops every idle judge; a judge borrowed now is stopped when it is given back."""
+        with self._lock:
+            self._open = False
+            judges = [judge for idle in self._idle.values() for judge in idle]
+            self._idle.clear()
+        for judge in judges:
+            judge.close()
+
+
+_POOL_LOCK = threading.Lock()
+_POOL: JudgePool | None = None
+_POOL_HOLDERS = 0
+
+
+@contextlib.contextmanager
+def keep_judges_warm() -> Iterator[JudgePool]:
+    """Holds this process's :class:`JudgePool` for the block (nested and concurrent holders share it; the
+    last to leave stops its judges). Code envs made inside with ``persistent_sandbox`` unset judge in it
+    (:meth:`rlvr_gym_code.humaneval.HumanEvalEnv.hold_shared_resources`)."""
+    global _POOL, _POOL_HOLDERS
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = JudgePool()
+        pool = _POOL
+        _POOL_HOLDERS += 1
+    try:
+        yield pool
+    finally:
+        with _POOL_LOCK:
+            _POOL_HOLDERS -= 1
+            last = _POOL_HOLDERS == 0
+            if last:
+                _POOL = None
+        if last:
+            pool.close()
+
+
+def shared_judges() -> JudgePool | None:
+    """The process's held :class:`JudgePool` (inside :func:`keep_judges_warm`), else None."""
+    return _POOL
 
 
 def judge_batch(

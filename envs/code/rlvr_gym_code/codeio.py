@@ -118,7 +118,8 @@ class CodeIOEnv(HumanEvalEnv):
         return obs, {**info, "entry_point": ENTRY_POINT}
 
     def verify(self, action: str) -> tuple[RewardResult, JudgeReport]:
-        return verify_codeio(self.data, action, backend=self.backend, limits=self.limits, judge=self.batch_judge())
+        with self.step_judge() as judge:
+            return verify_codeio(self.data, action, backend=self.backend, limits=self.limits, judge=judge)
 
 
 # -- building the suite -----------------------------------------------------------------------------------

@@ -22,15 +22,17 @@ Tests run through :func:`rlvr_gym_code.judge.judge_python` (hidden tests outside
 from __future__ import annotations
 
 import ast
+import contextlib
 import copy
 import gzip
 import importlib.resources
 import json
+from collections.abc import Iterator
 from typing import Any
 
 from rlvr_gym import Env, Failure, FailureKind, RewardResult, StepResult, Task
 from rlvr_gym.sandbox import SandboxLimits
-from rlvr_gym_code.batch import BatchJudge
+from rlvr_gym_code.batch import BatchJudge, keep_judges_warm, shared_judges
 from rlvr_gym_code.extract import extract_code
 from rlvr_gym_code.judge import AST_LOCK, DEFAULT_LIMITS, JudgeReport, PythonTests, interactive_sandbox, judge_python
 
@@ -117,9 +119,13 @@ class HumanEvalEnv(Env):
     Args:
         backend: sandbox back-end name (``"auto"``, ``"bwrap"``, ...).
         timeout_s: wall-clock limit of one judgement, in seconds.
-        persistent_sandbox: judge in one long-lived sandbox per env (:class:`rlvr_gym_code.batch.BatchJudge`:
+        persistent_sandbox: True: judge in one long-lived sandbox per env (:class:`rlvr_gym_code.batch.BatchJudge`:
             each program still in its own process, swept between programs) instead of a fresh sandbox per
-            step; about 3x less judging overhead, at the cost of one idle sandbox process per env.
+            step; about 3x less judging overhead, at the cost of one idle sandbox process per env. None
+            (default): inside :meth:`hold_shared_resources` (the trainer and :func:`rlvr_gym.evaluate` hold
+            it) borrow one of the process's shared long-lived sandboxes per step
+            (:class:`rlvr_gym_code.batch.JudgePool`), elsewhere a fresh sandbox per step. False: always a
+            fresh sandbox per step.
         max_turns: turn limit (1 for this env).
 
     Version History:
@@ -127,9 +133,9 @@ class HumanEvalEnv(Env):
     """
 
     max_turns = 1
-    concurrent_steps = True  # a step waits on its sandbox; each env owns its own
+    concurrent_steps = True  # a step waits on its sandbox; concurrent steps judge in different sandboxes
 
-    def __init__(self, backend: str = "auto", timeout_s: float = 10.0, persistent_sandbox: bool = False,
+    def __init__(self, backend: str = "auto", timeout_s: float = 10.0, persistent_sandbox: bool | None = None,
                  max_turns: int | None = None, render_mode: str | None = None) -> None:
         super().__init__(max_turns=max_turns, render_mode=render_mode)
         self.backend = backend
@@ -143,6 +149,23 @@ class HumanEvalEnv(Env):
         if self.persistent_sandbox and self._batch is None:
             self._batch = BatchJudge(interactive_sandbox(self.backend), self.limits)
         return self._batch
+
+    @contextlib.contextmanager
+    def step_judge(self) -> Iterator[BatchJudge | None]:
+        """The long-lived judge a step judges in (see ``persistent_sandbox``), or None for a fresh sandbox."""
+        pool = shared_judges() if self.persistent_sandbox is None else None
+        if pool is None:
+            yield self.batch_judge()
+            return
+        with pool.borrow(self.backend, self.limits) as judge:
+            yield judge
+
+    @classmethod
+    def hold_shared_resources(cls) -> contextlib.AbstractContextManager[object]:
+        """Keeps the process's pool of long-lived judging sandboxes for the block
+        (:func:`rlvr_gym_code.batch.keep_judges_warm`): envs made and closed inside it judge in warm zygotes
+        instead of starting a sandbox per step (``persistent_sandbox`` unset)."""
+        return keep_judges_warm()
 
     def fork(self) -> HumanEvalEnv:
         """A deep copy without the sandbox process (the copy starts its own on first use)."""
@@ -174,7 +197,8 @@ class HumanEvalEnv(Env):
 
     def verify(self, action: str) -> tuple[RewardResult, JudgeReport]:
         """Scores one action on the current task (subclasses with other task formats override this)."""
-        return verify_humaneval(self.data, action, backend=self.backend, limits=self.limits, judge=self.batch_judge())
+        with self.step_judge() as judge:
+            return verify_humaneval(self.data, action, backend=self.backend, limits=self.limits, judge=judge)
 
     def _judge(self, action: str) -> tuple[RewardResult, dict[str, Any]]:
         reward, report = self.verify(action)

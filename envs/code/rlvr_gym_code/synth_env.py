@@ -167,8 +167,10 @@ class SynthEnv(HumanEvalRefineEnv):
         backend: sandbox back-end name (``"auto"``, ``"bwrap"``, ...).
         timeout_s: wall-clock limit of one judgement, in seconds (also the CPU-time limit, rounded down, >= 1);
             the functions take microseconds, so a run this long is an endless loop.
-        persistent_sandbox: judge in one long-lived sandbox per env (about 8x less judging time per step, one
-            idle sandbox process per env; see :class:`rlvr_gym_code.humaneval.HumanEvalEnv`).
+        persistent_sandbox: True: judge in one long-lived sandbox per env (about 8x less judging time per step,
+            one idle sandbox process per env); None (default): borrow a shared long-lived sandbox per step
+            inside ``hold_shared_resources()`` (as the trainer and evaluations run), else a fresh one per step;
+            False: a fresh sandbox per step (see :class:`rlvr_gym_code.humaneval.HumanEvalEnv`).
         max_turns: the turn limit (default 3).
 
     Version History:
@@ -178,7 +180,7 @@ class SynthEnv(HumanEvalRefineEnv):
     max_turns = 3
     required_keys = ("prompt", "entry_point", "cases")
 
-    def __init__(self, backend: str = "auto", timeout_s: float = 3.0, persistent_sandbox: bool = False,
+    def __init__(self, backend: str = "auto", timeout_s: float = 3.0, persistent_sandbox: bool | None = None,
                  max_turns: int | None = None, render_mode: str | None = None) -> None:
         super().__init__(backend=backend, timeout_s=timeout_s, persistent_sandbox=persistent_sandbox,
                          max_turns=max_turns, render_mode=render_mode)
@@ -211,7 +213,8 @@ class SynthEnv(HumanEvalRefineEnv):
         return str(self.data["prompt"])
 
     def verify(self, action: str) -> tuple[RewardResult, JudgeReport]:
-        return verify_synth(self.data, action, backend=self.backend, limits=self.limits, judge=self.batch_judge())
+        with self.step_judge() as judge:
+            return verify_synth(self.data, action, backend=self.backend, limits=self.limits, judge=judge)
 
     def _step(self, action: str) -> StepResult:
         reward, info = self._judge(action)
