@@ -52,6 +52,9 @@ class EnvWorker:
     define ``release_episode()`` to free what only its last episode needed (a web env closes its page) when
     it is parked.
 
+    The worker holds each env class's shared resources (:meth:`rlvr_gym.Env.hold_shared_resources`: the code
+    envs' pool of warm judging sandboxes) from its first env of that id until :meth:`shutdown`.
+
     Every method returns plain picklable values. Exceptions raised by an env propagate to the caller (the
     proxy turns them into ``ENV_CRASH`` failures).
 
@@ -65,6 +68,8 @@ class EnvWorker:
         self._idle: list[tuple[str, Env]] = []
         self._next_handle = 0
         self.max_idle_envs = max_idle_envs
+        self._held = contextlib.ExitStack()  # what each env class shares, entered on its first create
+        self._held_ids: set[str] = set()
 
     def pid(self) -> int:
         """The worker's process id."""
@@ -73,6 +78,9 @@ class EnvWorker:
     def create(self, env_id: str, kwargs: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         """Builds ``env_id`` with ``kwargs`` (or takes back a parked one); returns
         ``(handle, {"max_turns", "supports_fork", "pid", "reused"})``."""
+        if env_id not in self._held_ids:
+            self._held.enter_context(env_spec(env_id).hold_shared_resources())
+            self._held_ids.add(env_id)
         key = repr((env_id, sorted(kwargs.items())))
         parked = next((i for i, (k, _) in enumerate(self._idle) if k == key), None)
         env = self._idle.pop(parked)[1] if parked is not None else make_local(env_id, **kwargs)
@@ -119,6 +127,8 @@ class EnvWorker:
                 env.close()
             except Exception:  # noqa: BLE001 - shutting down: close the others regardless
                 traceback.print_exc()
+        held, self._held, self._held_ids = self._held, contextlib.ExitStack(), set()
+        held.close()
 
     def _add(self, env: Env, key: str) -> int:
         self._next_handle += 1

@@ -228,3 +228,29 @@ def test_envs_made_inside_hold_shared_resources_judge_in_the_shared_warm_sandbox
     assert shared_judges() is None  # the last holder left: its sandboxes are stopped
     assert [p for p in me.children() if p.pid not in before and p.is_running()
             and p.status() != psutil.STATUS_ZOMBIE] == []
+
+
+def test_an_env_worker_holds_the_judge_pool_until_shutdown() -> None:
+    import psutil
+    from rlvr_gym_code.batch import shared_judges
+
+    from rlvr_gym.workers import EnvWorker
+
+    suite = load_suite("code/humaneval_refine")
+    me = psutil.Process()
+    before = {p.pid for p in me.children()}
+    worker = EnvWorker(max_idle_envs=0)  # the body of a Ray env worker, run here in process
+    zygotes = []
+    for task in suite[1:3]:
+        handle, _ = worker.create("code/HumanEval-Refine-v0", {})
+        worker.reset(handle, None, {"task": task})
+        assert worker.step(handle, task.gold[0]).reward == 1.0  # type: ignore[index]
+        worker.close_env(handle)  # not parked (max_idle_envs 0): closed
+        pool = shared_judges()
+        assert pool is not None
+        zygotes.append(next(iter(pool._idle.values()))[0]._session)  # type: ignore[attr-defined]
+    assert zygotes[0] is not None and zygotes[0] is zygotes[1]  # a new env, the same warm sandbox
+    worker.shutdown()
+    assert shared_judges() is None
+    assert [p for p in me.children() if p.pid not in before and p.is_running()
+            and p.status() != psutil.STATUS_ZOMBIE] == []
