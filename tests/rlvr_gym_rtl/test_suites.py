@@ -17,7 +17,7 @@ import rlvr_gym
 from rlvr_gym.tasks import Task, load_suite, tasks_dir
 
 SUITES = ["verilogeval", "verilogeval-refine", "generated-train", "generated-dev", "generated-test",
-          "generated-refine-dev", "generated-easy-dev"]
+          "generated-refine-dev", "generated-easy-dev", "generated-easy-test"]
 
 
 def _problem(task: Task) -> RtlProblem:
@@ -90,3 +90,12 @@ def test_every_generated_kind_is_solvable_and_checked(kind: str, judge: RtlJudge
 def test_full_suite_gold_and_wrong(suite_name: str, judge: RtlJudge) -> None:
     for task in load_suite(f"rtl/{suite_name}"):
         _assert_gold_passes_wrong_fails(judge, task)
+
+
+def test_the_easy_suites_and_fresh_training_problems_use_disjoint_seeds() -> None:
+    from rlvr_gym_rtl.env import TASKLESS_MIN_SEED
+
+    seeds = {name: {t.data["generator_seed"] for t in load_suite(f"rtl/generated-easy-{name}")} for name in ("dev", "test")}
+    assert len(seeds["dev"]) == 40 and len(seeds["test"]) == 200
+    assert not seeds["dev"] & seeds["test"]
+    assert max(seeds["dev"] | seeds["test"]) < TASKLESS_MIN_SEED  # training draws task-less problems above

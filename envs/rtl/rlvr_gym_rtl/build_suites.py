@@ -8,7 +8,7 @@
   renamed to ``TopModule``; wrong is the first mutation (:func:`rlvr_gym_rtl.verilog_eval.mutations`) the
   judge fails, else the reference with an inverted output;
 * ``generated-{train,dev,test}.jsonl`` (``rtl/Generated-v0``), ``generated-refine-dev.jsonl``
-  (``rtl/Generated-Refine-v0``) and ``generated-easy-dev.jsonl`` (``rtl/GeneratedEasy-Refine-v0``):
+  (``rtl/Generated-Refine-v0``) and ``generated-easy-{dev,test}.jsonl`` (``rtl/GeneratedEasy-Refine-v0``):
   generated problems on disjoint seed ranges, kinds in rotation.
 
 Every gold is checked to pass and every wrong to fail with the real judge before it is written.
@@ -39,7 +39,9 @@ VERILOG_EVAL_SOURCE = "https://github.com/NVlabs/verilog-eval (v2, dataset_spec-
 REFINE_TURNS = 3
 GENERATED_SPLITS = {"train": (0, 300), "dev": (1_000_000, 40), "test": (2_000_000, 40)}
 """split -> (first seed, number of problems); seed ranges are disjoint."""
-EASY_DEV_FIRST_SEED, EASY_DEV_COUNT = 4_000_000, 40
+EASY_SPLITS = {"dev": (4_000_000, 40), "test": (4_000_040, 200)}
+"""easy split -> (first seed, number of problems): disjoint from each other and from the task-less problems
+the warm start and RL draw (:data:`rlvr_gym_rtl.env.TASKLESS_MIN_SEED` up)."""
 
 
 def wrong_design(judge: RtlJudge, problem: RtlProblem) -> tuple[str, str]:
@@ -133,16 +135,17 @@ def generated_suites(judge: RtlJudge, root: Path) -> None:
 
 
 def generated_easy_suite(judge: RtlJudge, root: Path) -> None:
-    """Writes ``generated-easy-dev.jsonl`` (``rtl/GeneratedEasy-Refine-v0``)."""
-    easy = []
-    for i in range(EASY_DEV_COUNT):
-        seed, kind = EASY_DEV_FIRST_SEED + i, EASY_KINDS[i % len(EASY_KINDS)]
-        gold, wrong, label = gold_and_wrong(judge, generate_problem(seed, kind))
-        easy.append(Task(id=f"gen-easy-dev-{i:04d}", env_id="rtl/GeneratedEasy-Refine-v0",
-                         data={"generator_seed": seed, "kind": kind, "name": f"gen_{kind}_{seed}"}, gold=[gold],
-                         wrong=[wrong] * REFINE_TURNS, split="dev",
-                         metadata={"source": "generated", "kind": kind, "wrong": label}))
-    _save(TaskSuite("generated-easy-dev", easy), root)
+    """Writes ``generated-easy-{dev,test}.jsonl`` (``rtl/GeneratedEasy-Refine-v0``)."""
+    for split, (first_seed, count) in EASY_SPLITS.items():
+        easy = []
+        for i in range(count):
+            seed, kind = first_seed + i, EASY_KINDS[i % len(EASY_KINDS)]
+            gold, wrong, label = gold_and_wrong(judge, generate_problem(seed, kind))
+            easy.append(Task(id=f"gen-easy-{split}-{i:04d}", env_id="rtl/GeneratedEasy-Refine-v0",
+                             data={"generator_seed": seed, "kind": kind, "name": f"gen_{kind}_{seed}"},
+                             gold=[gold], wrong=[wrong] * REFINE_TURNS, split=split,
+                             metadata={"source": "generated", "kind": kind, "wrong": label}))
+        _save(TaskSuite(f"generated-easy-{split}", easy), root)
 
 
 def _save(suite: TaskSuite, root: Path) -> None:
