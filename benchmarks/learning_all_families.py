@@ -183,7 +183,8 @@ def execute(spec: RunSpec, resume: bool, timeout_s: float) -> None:
 
 def check_same_settings(spec: RunSpec) -> None:
     """Stops ``--resume`` from reading or continuing a run made with other settings than ``spec``'s command (an
-    edited recipe, other overrides): the run directory's ``config.json`` must be the config the command loads.
+    edited recipe, other overrides): the run directory's ``config.json`` must be the config the command loads,
+    except ``output.dir`` (runs of several ``--out`` folders may be linked into one to be tabled together).
 
     Raises:
         SystemExit: naming the run directory and the first setting that differs.
@@ -193,6 +194,8 @@ def check_same_settings(spec: RunSpec) -> None:
     except (ConfigError, FileNotFoundError, ValueError):
         return  # the command fails by itself and its log says why
     saved = json.loads((spec.run_dir / "config.json").read_text(encoding="utf-8"))
+    for config in (saved, expected):  # where the run was written is not a setting: a run may be moved or linked
+        config.get("output", {}).pop("dir", None)
     difference = _first_difference(saved, expected)
     if difference is not None:
         key, was, now = difference

@@ -245,6 +245,11 @@ def test_resume_refuses_a_run_made_with_other_settings(bench: ModuleType, tmp_pa
     (spec.run_dir / "summary.json").write_text("{}")
     bench.execute(spec, resume=True, timeout_s=60)  # the same settings: read, not rerun
     assert not (spec.run_dir / "benchmark_run.json").exists()
+    moved = bench.to_dict(saved)  # a run written under another --out and linked here is the same run
+    moved["output"]["dir"] = str(tmp_path / "elsewhere" / "textworld-seed2")
+    (spec.run_dir / "config.json").write_text(json.dumps(moved))
+    bench.execute(spec, resume=True, timeout_s=60)
+    assert not (spec.run_dir / "benchmark_run.json").exists()
     (other,) = bench.run_specs(bench.parse_args(["--families", "textworld", "--seeds", "2", "--out", str(tmp_path)]))
     now = bench.load_config(spec.recipe, []).train.num_steps  # the recipe's, whatever it is tuned to
     with pytest.raises(SystemExit, match=rf"other settings .*\(train.num_steps: 7 there, {now} now\); delete it"):
