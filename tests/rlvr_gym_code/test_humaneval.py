@@ -151,6 +151,14 @@ def test_judge_needs_an_interactive_back_end() -> None:
         interactive_sandbox(OneShot())  # type: ignore[arg-type]
 
 
+def _still_running(before: set[int]) -> list[object]:
+    """This process's children that are not in ``before`` and still run (zombies waiting for a reap do not)."""
+    import psutil
+
+    return [p for p in psutil.Process().children() if p.pid not in before and p.is_running()
+            and p.status() != psutil.STATUS_ZOMBIE]
+
+
 def test_persistent_sandbox_gives_the_same_verdicts_forks_and_closes() -> None:
     import psutil
 
@@ -173,8 +181,7 @@ def test_persistent_sandbox_gives_the_same_verdicts_forks_and_closes() -> None:
     assert env.step(suite[2].gold[0]).reward == 1.0  # type: ignore[index]  # a new zygote takes over
     env.close()
     clone.close()
-    assert [p for p in me.children() if p.pid not in before and p.is_running()
-            and p.status() != psutil.STATUS_ZOMBIE] == []
+    assert _still_running(before) == []
 
 
 def test_envs_made_inside_hold_shared_resources_judge_in_the_shared_warm_sandboxes() -> None:
@@ -226,8 +233,7 @@ def test_envs_made_inside_hold_shared_resources_judge_in_the_shared_warm_sandbox
             assert judge is None
         fresh.close()
     assert shared_judges() is None  # the last holder left: its sandboxes are stopped
-    assert [p for p in me.children() if p.pid not in before and p.is_running()
-            and p.status() != psutil.STATUS_ZOMBIE] == []
+    assert _still_running(before) == []
 
 
 def test_an_env_worker_holds_the_judge_pool_until_shutdown() -> None:
@@ -252,5 +258,4 @@ def test_an_env_worker_holds_the_judge_pool_until_shutdown() -> None:
     assert zygotes[0] is not None and zygotes[0] is zygotes[1]  # a new env, the same warm sandbox
     worker.shutdown()
     assert shared_judges() is None
-    assert [p for p in me.children() if p.pid not in before and p.is_running()
-            and p.status() != psutil.STATUS_ZOMBIE] == []
+    assert _still_running(before) == []
