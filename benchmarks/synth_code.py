@@ -41,12 +41,12 @@ def judge_times(repeats: int) -> dict[str, list[float]]:
                     env.close()
             for i in range(repeats):
                 task = tasks[i % len(tasks)]
-                for name in times:
+                for name, seconds in times.items():
                     env = envs.get(name) or rlvr_gym.make("code/Synth-v0")
                     env.reset(options={"task": task})
                     start = time.perf_counter()
                     reward = env.step(task.gold[0]).reward  # type: ignore[index]
-                    times[name].append(time.perf_counter() - start)
+                    seconds.append(time.perf_counter() - start)
                     if name not in envs:
                         env.close()
                     assert reward == 1.0, (name, task.id)

@@ -22,7 +22,7 @@ import json
 import shutil
 from pathlib import Path
 
-from rlvr_gym.tasks import Task, TaskSuite, tasks_dir
+from rlvr_gym.tasks import Split, Task, TaskSuite, tasks_dir
 from rlvr_gym_rtl.generated import EASY_KINDS, KINDS, generate_problem
 from rlvr_gym_rtl.judge import ReferenceFailedError, RtlJudge
 from rlvr_gym_rtl.problem import RtlProblem, gold_action
@@ -39,7 +39,7 @@ VERILOG_EVAL_SOURCE = "https://github.com/NVlabs/verilog-eval (v2, dataset_spec-
 REFINE_TURNS = 3
 GENERATED_SPLITS = {"train": (0, 300), "dev": (1_000_000, 40), "test": (2_000_000, 40)}
 """split -> (first seed, number of problems); seed ranges are disjoint."""
-EASY_SPLITS = {"dev": (4_000_000, 40), "test": (4_000_040, 200)}
+EASY_SPLITS: dict[Split, tuple[int, int]] = {"dev": (4_000_000, 40), "test": (4_000_040, 200)}
 """easy split -> (first seed, number of problems): disjoint from each other and from the task-less problems
 the warm start and RL draw (:data:`rlvr_gym_rtl.env.TASKLESS_MIN_SEED` up)."""
 
