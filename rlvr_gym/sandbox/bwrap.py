@@ -178,6 +178,7 @@ class BwrapSandbox:
             "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
             "--symlink", "usr/lib64", "/lib64", "--symlink", "usr/sbin", "/sbin",
             "--proc", "/proc", "--dev", "/dev",
+            "--mqueue", "/dev/mqueue",  # the sandbox's own POSIX message queues, listed so a sweep can remove them
             "--size", tmp_bytes, "--tmpfs", "/dev/shm",
             "--size", tmp_bytes, "--tmpfs", "/tmp",
             "--bind", str(workdir), WORKDIR_MOUNT,

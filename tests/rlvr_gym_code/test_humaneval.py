@@ -259,3 +259,60 @@ def test_an_env_worker_holds_the_judge_pool_until_shutdown() -> None:
     worker.shutdown()
     assert shared_judges() is None
     assert _still_running(before) == []
+
+
+def test_a_program_cannot_leave_anything_to_a_later_episode_in_the_shared_pool() -> None:
+    """Episode A (a passing answer with a side effect) tries to leave a trace for episode B judged later in the
+    same pooled sandbox: a directory chmod-ed to 0 (rmtree cannot enter it), a lowered memory limit or a nice
+    value set on the zygote with prlimit(2) / setpriority(2), a POSIX message queue, a key in the user keyring.
+    B must see a clean sandbox, as a fresh one."""
+    from rlvr_gym_code.humaneval import HumanEvalEnv
+
+    task = load_suite("code/synth-test")[0]  # f(xs) = [x * 2 for x in xs if x < 7]
+    gold = "def f(xs):\n    return [x * 2 for x in xs if x < 7]\n"
+    plants = [
+        ("import os\nfor d in ('/tmp', '/workspace', '/dev/shm'):\n    os.makedirs(d + '/hideout', exist_ok=True)\n"
+         "    open(d + '/hideout/secret', 'w').write('x')\n    os.chmod(d + '/hideout', 0)\n"),
+        "import os, resource\nresource.prlimit(os.getppid(), resource.RLIMIT_AS, (150 * 2**20, 150 * 2**20))\n",
+        "import os\nos.setpriority(os.PRIO_PROCESS, os.getppid(), 19)\n",
+        ("import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"  # a POSIX message queue, a key (x86_64)
+         "libc.mq_open(b'/leak', os.O_CREAT | os.O_RDWR, 0o600, None)\n"
+         "if os.uname().machine == 'x86_64':\n    libc.syscall(248, b'user', b'leak', b'A', 1, ctypes.c_int(-4))\n"),
+    ]
+    # B passes only in a clean sandbox: no hideout, 200 MB allocatable (the limit is 1024 MB), nice 0
+    probe = ("import os\n_buf = bytearray(200 * 2**20)\n"
+             "_dirty = any(os.path.exists(d + '/hideout') for d in ('/tmp', '/workspace', '/dev/shm'))\n"
+             "_dirty = _dirty or os.getpriority(os.PRIO_PROCESS, 0) != 0\n"
+             "import ctypes\n_libc = ctypes.CDLL(None, use_errno=True)\n"
+             "_dirty = _dirty or _libc.mq_open(b'/leak', os.O_RDONLY, 0, None) >= 0\n"
+             "_dirty = _dirty or (os.uname().machine == 'x86_64'\n"
+             "                    and _libc.syscall(250, 10, ctypes.c_int(-4), b'user', b'leak', 0) > 0)\n"
+             "def f(xs):\n    return ['dirty'] if _dirty else [x * 2 for x in xs if x < 7]\n")
+    with HumanEvalEnv.hold_shared_resources():
+        for plant in plants:
+            for action, reward in [(plant + gold, 1.0), (probe, 1.0)]:
+                env = rlvr_gym.make("code/Synth-v0")
+                env.reset(options={"task": task})
+                step = env.step(action)
+                env.close()
+                assert step.reward == reward, (plant, step.observation)
+
+
+def test_a_pooled_sandbox_outlives_the_thread_that_first_judged_in_it() -> None:
+    import threading
+
+    from rlvr_gym_code.humaneval import HumanEvalEnv
+
+    task = load_suite("code/synth-test")[0]
+    with HumanEvalEnv.hold_shared_resources() as pool:
+        def episode() -> None:
+            env = rlvr_gym.make("code/Synth-v0")
+            env.reset(options={"task": task})
+            assert env.step(task.gold[0]).reward == 1.0  # type: ignore[index]
+            env.close()
+
+        thread = threading.Thread(target=episode)  # as an evaluation's step threads, which end with it
+        thread.start()
+        thread.join()
+        (judge,) = next(iter(pool._idle.values()))  # type: ignore[attr-defined]
+        assert judge._session.proc.poll() is None  # bwrap dies with the thread that started it: not this one

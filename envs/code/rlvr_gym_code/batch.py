@@ -78,8 +78,11 @@ class BatchJudge:
     Each program runs in its own process forked from a non-dumpable zygote, in a fresh ``job/`` dir, under
     ``limits`` (``timeout_s`` applies per program); after each program every process of the sandbox user
     is killed, every writable place (``/workspace``, so ``$HOME`` and ``job/`` too, ``/tmp``, ``/dev/shm``;
-    the root and ``/dev`` are read-only) is emptied and its mode restored, and SysV IPC objects are removed,
-    so a program cannot read or influence a later one through the file system. A program that exits during
+    the root and ``/dev`` are read-only) is emptied and its mode restored (directories a program locked with
+    chmod included), SysV IPC objects, POSIX message queues and the keyrings' keys are removed, so a program
+    cannot read or influence a later one through them; a zygote whose resource limits or priority a program
+    changed (prlimit(2), setpriority(2)), or whose writable places could not be emptied, exits, and the next
+    program gets a fresh sandbox. A program that exits during
     a call is reported at once (not at the call's deadline). This saves a sandbox and interpreter start-up
     per program; the child is forked and warmed up before its program arrives, and a job whose tests
     reached a verdict is ended without waiting for the clean-up (see :meth:`judge`). If a program kills
@@ -89,6 +92,9 @@ class BatchJudge:
         sandbox: the bwrap back-end; default :func:`rlvr_gym_code.judge.interactive_sandbox`.
         limits: limits of each program.
         session_timeout_s: lifetime of one zygote, in seconds (a new one starts after it).
+        spawner: runs the zygote's start (a callable) and returns its session; default: in the calling thread.
+            A bwrap sandbox dies with the thread that started it, so a judge used from short-lived threads
+            needs a long-lived thread to start its zygotes (:class:`JudgePool` passes one).
 
     Raises:
         SandboxUnavailableError: for a back-end other than bwrap (the subprocess back-end would let the
@@ -96,7 +102,9 @@ class BatchJudge:
     """
 
     def __init__(self, sandbox: Sandbox | None = None, limits: SandboxLimits = DEFAULT_LIMITS,
-                 session_timeout_s: float = 3600.0) -> None:
+                 session_timeout_s: float = 3600.0,
+                 spawner: Callable[[Callable[[], SandboxSession]], SandboxSession] | None = None) -> None:
+        self._spawner = spawner
         self._session: SandboxSession | None = None
         self._pending_seal: str | None = None  # the seal of a job ended but not yet confirmed done
         self.box = interactive_sandbox(sandbox or "auto")
@@ -119,9 +127,12 @@ class BatchJudge:
             self.close()
         if self._session is None or self._session.timed_out:
             self.close()
-            self._session = self.box.spawn(  # type: ignore[attr-defined]
-                [PYTHON, "-I", "-S", WORKER_FILE, "--zygote"], files={WORKER_FILE: worker_source()},
-                limits=self.session_limits)
+            def spawn() -> SandboxSession:
+                return self.box.spawn(  # type: ignore[attr-defined,no-any-return]
+                    [PYTHON, "-I", "-S", WORKER_FILE, "--zygote"], files={WORKER_FILE: worker_source()},
+                    limits=self.session_limits)
+
+            self._session = self._spawner(spawn) if self._spawner is not None else spawn()
         report, alive = _judge_one_in_batch(self._session, program, tests, self.limits)  # type: ignore[arg-type]
         if isinstance(alive, str):
             self._pending_seal = alive
@@ -157,6 +168,16 @@ class JudgePool:
         self._lock = threading.Lock()
         self._idle: dict[tuple[str, SandboxLimits], list[BatchJudge]] = {}
         self._open = True
+        # zygotes start on this thread: a sandbox dies with the thread that started it, and steps come from
+        # executor threads that end with each evaluation
+        self._spawn_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="judge-pool-spawner")
+
+    def _spawn(self, start: Callable[[], SandboxSession]) -> SandboxSession:
+        try:
+            future = self._spawn_thread.submit(start)
+        except RuntimeError:  # the pool closed while this judge was borrowed: it is closed when given back
+            return start()
+        return future.result()
 
     @contextlib.contextmanager
     def borrow(self, backend: str, limits: SandboxLimits) -> Iterator[BatchJudge | None]:
@@ -168,7 +189,7 @@ class JudgePool:
             judge = idle.pop() if idle else None
         if judge is None:
             try:
-                judge = BatchJudge(interactive_sandbox(backend), limits)
+                judge = BatchJudge(interactive_sandbox(backend), limits, spawner=self._spawn)
             except SandboxUnavailableError:
                 yield None
                 return
@@ -190,6 +211,7 @@ class JudgePool:
             self._idle.clear()
         for judge in judges:
             judge.close()
+        self._spawn_thread.shutdown(wait=False)
 
 
 _POOL_LOCK = threading.Lock()

@@ -31,6 +31,7 @@ then re-runs the rest one sandbox each), but it cannot touch a later program's p
 
 import importlib.util
 import os
+import resource
 import select
 import shutil
 import signal
@@ -43,8 +44,11 @@ if TYPE_CHECKING:  # in the sandbox these names come from the codec source shipp
 
 JOB_DIR = "/workspace/job"
 _CHANNEL = None  # the protocol channel (the original stdout), set by zygote()
-WRITABLE_DIRS = (("/workspace", 0o700), ("/tmp", 0o1777), ("/dev/shm", 0o1777))
-"""Every directory a sandboxed program can write to (bwrap mounts the rest read-only), with its mode."""
+WRITABLE_DIRS = (("/workspace", 0o700), ("/tmp", 0o1777), ("/dev/shm", 0o1777), ("/dev/mqueue", 0o1777))
+"""Every directory a sandboxed program can write to (bwrap mounts the rest read-only), with its mode; a POSIX
+message queue is a file in /dev/mqueue."""
+_KEYCTL = {"x86_64": 250, "aarch64": 219}
+"""The keyctl(2) system call's number per machine."""
 
 
 def _redirect_output(log_path):
@@ -143,16 +147,47 @@ def _make_undumpable():
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
 
 
+def _unlock(path):
+    """Gives the sandbox user back every directory under ``path`` (a program may chmod one to 0, which rmtree
+    cannot enter), walking without recursion."""
+    stack = [path]
+    while stack:
+        directory = stack.pop()
+        try:
+            os.chmod(directory, 0o700)
+            names = os.listdir(directory)
+        except OSError:
+            continue
+        for name in names:
+            target = os.path.join(directory, name)
+            if os.path.isdir(target) and not os.path.islink(target):
+                stack.append(target)
+
+
 def _wipe(path):
     for name in os.listdir(path) if os.path.isdir(path) else []:
         target = os.path.join(path, name)
         if os.path.isdir(target) and not os.path.islink(target):
+            _unlock(target)
             shutil.rmtree(target, ignore_errors=True)
         else:
             try:
                 os.unlink(target)
             except OSError:
                 pass
+
+
+def _process_state():
+    """What a program could change in the zygote from outside (same user: prlimit(2), setpriority(2)) and
+    every later child would inherit: its resource limits and nice value."""
+    limits = {}
+    for name in dir(resource):
+        if name.startswith("RLIMIT_"):
+            try:
+                limits[name] = resource.getrlimit(getattr(resource, name))
+            except (OSError, ValueError):
+                pass
+    return limits, os.getpriority(os.PRIO_PROCESS, 0)
 
 
 _WARM_UP = """
@@ -317,7 +352,31 @@ def _reset_writable():
         except OSError:
             pass
     _remove_sysv_ipc()
+    _clear_keyrings()
     os.makedirs(JOB_DIR, exist_ok=True)
+    if any(os.listdir(path) != (["job"] if JOB_DIR.startswith(path + "/") else []) for path, _ in WRITABLE_DIRS):
+        _exit_for_a_fresh_sandbox()  # something the wipe could not remove: the next program gets a new sandbox
+
+
+def _exit_for_a_fresh_sandbox():
+    """Ends the zygote (its spare child too): the judge starts a fresh sandbox for the next program."""
+    _sweep(None)
+    os._exit(0)
+
+
+def _clear_keyrings():
+    """Empties the session, user and user-session keyrings (keyctl(KEYCTL_CLEAR)): a key a program added
+    would otherwise be found by the next one."""
+    import ctypes
+    import platform
+
+    number = _KEYCTL.get(platform.machine())
+    if number is None:
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    keyctl_clear = 7
+    for keyring in (-3, -4, -5):  # KEY_SPEC_SESSION_KEYRING, _USER_KEYRING, _USER_SESSION_KEYRING
+        libc.syscall(number, keyctl_clear, ctypes.c_int(keyring))
 
 
 def _remove_sysv_ipc():
@@ -342,9 +401,12 @@ def zygote():
     _CHANNEL = _redirect_output(os.devnull)  # no log in /workspace: the next program would read it
     _reset_writable()  # the worker's own source: no program needs it
     lines = _Lines(0)
+    state = _process_state()
     spare = _prefork()
     while line := lines.next():
         spare = _run_job(_CHANNEL, lines, loads(line), spare)
+        if _process_state() != state:  # a program changed the zygote's limits or priority
+            _exit_for_a_fresh_sandbox()
     _sweep(None)
 
 
