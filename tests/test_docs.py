@@ -45,12 +45,16 @@ def test_guide_code_runs(guide: Path, tmp_path: Path, monkeypatch: pytest.Monkey
             expected = [m.group(1).strip() for line in code.splitlines() if (m := EXPECTED.match(line.strip()))]
             assert [line.strip() for line in printed[-len(expected):]] == expected if expected else True, printed
     finally:
-        for env_id in set(registry._REGISTRY) - before:
-            registry._REGISTRY.pop(env_id)
-            gymnasium.registry.pop(env_id, None)
         import sys
 
         sys.modules.pop("rlvr_gym_mygames", None)
+        for env_id in set(registry._REGISTRY) - before:
+            entry = registry._REGISTRY[env_id].entry_point
+            module = entry.partition(":")[0] if isinstance(entry, str) else getattr(entry, "__module__", "")
+            if module in sys.modules:  # a family module the guide imported stays imported: keep its ids, or a
+                continue  # later `import` is a no-op and the ids are gone for the rest of the session
+            registry._REGISTRY.pop(env_id)
+            gymnasium.registry.pop(env_id, None)
 
 
 def _check_recipe(text: str, tmp_path: Path) -> None:
