@@ -168,8 +168,10 @@ def _wipe(path):
     for name in os.listdir(path) if os.path.isdir(path) else []:
         target = os.path.join(path, name)
         if os.path.isdir(target) and not os.path.islink(target):
-            _unlock(target)
             shutil.rmtree(target, ignore_errors=True)
+            if os.path.lexists(target):  # a directory locked with chmod: unlock the tree, then remove it
+                _unlock(target)
+                shutil.rmtree(target, ignore_errors=True)
         else:
             try:
                 os.unlink(target)
