@@ -65,7 +65,7 @@ from rlvr_gym_agents.run_io import (
     save_model_dir,
 )
 from rlvr_gym_agents.update.ppo import PPOUpdater, UpdateConfig, Updater
-from rlvr_gym_agents.update.precision import autocast, autocast_dtype, parameter_dtype
+from rlvr_gym_agents.update.precision import autocast_dtype, parameter_dtype
 from rlvr_gym_agents.warmstart import build_tiny_policy, warm_start
 
 Sampler = FlatSampler | TreeSampler | RolloutWorkers | AsyncRollouts
@@ -143,9 +143,8 @@ def _train(config: TrainConfig, env_factory: Callable[..., Env], step_executor: 
     else:
         logger.truncate(0)  # a run that starts over starts its log over
         if config.sft.enabled:
-            with autocast(policy.device, autocast_dtype(config.train.precision, config.model.dtype)):
-                state["sft"] = warm_start(config.sft, config.env, config.seed, policy.model, chat, train_tasks,
-                                          console)
+            state["sft"] = warm_start(config.sft, config.env, config.seed, policy.model, chat, train_tasks, console,
+                                      autocast_dtype(config.train.precision, config.model.dtype))
             logger.log({"phase": "sft", "step": 0, **state["sft"]})
         # The reference policy of the KL term (also on resume), and a model directory `rlvr-gym eval` loads.
         save_model_dir(run_dir / "sft_model", policy.model, policy.tokenizer)

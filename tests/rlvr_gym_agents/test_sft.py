@@ -20,7 +20,7 @@ from rlvr_gym_agents.warmstart.demonstrations import (
 from rlvr_gym_agents.warmstart.demonstrations import (
     _demonstrated_action as sft_action,
 )
-from rlvr_gym_agents.warmstart.sft import _batches, behaviour_cloning, warmup_cosine
+from rlvr_gym_agents.warmstart.sft import _batches, _cross_entropy, behaviour_cloning, warmup_cosine
 
 import rlvr_gym
 from rlvr_gym import load_suite
@@ -302,3 +302,22 @@ def test_in_memory_envs_keep_one_mistake_generator_in_order() -> None:
     expected = [demonstrate(Task(id=f"demo-{i}", env_id=config.env.env_id, options={"seed": 3_000_000 + i}),
                             load_expert("oracle"), 0.3, rng) for i in range(4)]
     assert [d.actions for d in demos] == [d.actions for d in expected]
+
+
+def test_cross_entropy_moves_the_cpu_batch_to_the_models_device() -> None:
+    """The batches are built on the CPU; a model on another device (here ``meta``, which refuses CPU inputs as CUDA
+    does: the first device check failed so on an H200) gets them on its own device."""
+
+    class Tiny(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = torch.nn.Embedding(10, 4, device="meta")
+            self.head = torch.nn.Linear(4, 10, device="meta")
+
+        def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, use_cache: bool) -> object:
+            assert attention_mask.device == input_ids.device
+            return type("Out", (), {"logits": self.head(self.embed(input_ids))})()
+
+    ids, mask = torch.tensor([[1, 2, 3, -1]]), torch.tensor([[0, 1, 1, 0]])
+    loss = _cross_entropy(Tiny(), ids, mask)
+    assert loss.device.type == "meta" and loss.shape == ()

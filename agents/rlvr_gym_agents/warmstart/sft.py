@@ -20,6 +20,7 @@ from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from rlvr_gym import Task
 from rlvr_gym_agents.batching import pad_right
 from rlvr_gym_agents.policy.chat import ChatFormat
+from rlvr_gym_agents.update.precision import autocast, model_device
 from rlvr_gym_agents.warmstart.demonstrations import collect_demonstrations, demonstration_ids, demonstration_tasks
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ def behaviour_cloning(model: torch.nn.Module, examples: Sequence[tuple[list[int]
                       episodes_per_batch: int, learning_rate: float, warmup_steps: int, max_steps: int,
                       loss_threshold: float, max_time_s: float, seed: int = 0,
                       on_step: Callable[[int, float], None] | None = None, curve_every: int = 100,
-                      ema_decay: float | None = None) -> dict[str, Any]:
+                      ema_decay: float | None = None, autocast_dtype: str | None = None) -> dict[str, Any]:
     """Trains ``model`` by next-token cross-entropy on the masked ids of ``examples``.
 
     Stops at the first of: ``max_steps`` optimizer steps, ``max_time_s`` seconds, or an exponential moving
@@ -79,6 +80,11 @@ def behaviour_cloning(model: torch.nn.Module, examples: Sequence[tuple[list[int]
         ema_decay: when set, in (0, 1): ``model`` ends with the exponential moving average of its weights after each
             step, ``avg <- decay * avg + (1 - decay) * weights``, started at the first step's weights (Polyak &
             Juditsky 1992; ``torch.optim.swa_utils``); the loss and its curve are the trained weights'.
+        autocast_dtype: ``bfloat16``/``float16`` to run each step's forward pass under ``torch.autocast`` (the
+            backward and the optimizer step outside it), as the RL update does under ``train.precision: mixed``; None
+            (default) runs in the parameters' dtype. One autocast region must never span optimizer steps: autocast
+            caches the low-precision copy of every weight until its region ends, so later forward passes would run on
+            the first step's weights (a CPU run of the quickstart's model stayed at loss 4.2 over 1,500 steps so).
 
     Raises:
         ValueError: ``curve_every < 1``, or ``ema_decay`` outside (0, 1).
@@ -108,7 +114,7 @@ def behaviour_cloning(model: torch.nn.Module, examples: Sequence[tuple[list[int]
         for group in optimizer.param_groups:
             group["lr"] = learning_rate * warmup_cosine(step - 1, warmup_steps, max_steps, spent)
         ids, mask = next(batches)
-        value = _optimizer_step(model, optimizer, ids, mask)
+        value = _optimizer_step(model, optimizer, ids, mask, autocast_dtype)
         if average is not None:
             average.update_parameters(model)
         ema = value if ema is None else 0.9 * ema + 0.1 * value
@@ -131,9 +137,11 @@ def behaviour_cloning(model: torch.nn.Module, examples: Sequence[tuple[list[int]
 
 
 def _optimizer_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, ids: torch.Tensor,
-                    mask: torch.Tensor) -> float:
-    """One clipped (global L2 norm 1.0) optimizer step on the batch's cross-entropy; returns the loss."""
-    loss = _cross_entropy(model, ids, mask)
+                    mask: torch.Tensor, autocast_dtype: str | None = None) -> float:
+    """One clipped (global L2 norm 1.0) optimizer step on the batch's cross-entropy; returns the loss. The forward pass
+    alone runs under autocast (a fresh region per step: see :func:`behaviour_cloning`)."""
+    with autocast(model_device(model), autocast_dtype):
+        loss = _cross_entropy(model, ids, mask)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -165,7 +173,10 @@ def _batches(examples: Sequence[tuple[list[int], list[int]]], size: int, seed: i
 
 
 def _cross_entropy(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean next-token cross-entropy over positions whose target has mask 1. ``ids`` pads with -1."""
+    """Mean next-token cross-entropy over positions whose target has mask 1. ``ids`` pads with -1; the batch (built on
+    the CPU) moves to the model's device."""
+    device = model_device(model)
+    ids, mask = ids.to(device), mask.to(device)
     attention = (ids >= 0).long()
     logits = model(input_ids=ids.clamp(min=0), attention_mask=attention, use_cache=False).logits[:, :-1]
     targets = ids[:, 1:].masked_fill(mask[:, 1:] == 0, -100)
@@ -173,8 +184,9 @@ def _cross_entropy(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor
 
 
 def warm_start(sft: SFTConfig, env: EnvConfig, seed: int, model: Any, chat: ChatFormat,
-               train_tasks: list[Task] | None, console: Console) -> dict[str, Any]:
-    """Behaviour cloning on ``sft.num_demos`` expert episodes of ``env``'s tasks; returns its metrics."""
+               train_tasks: list[Task] | None, console: Console, autocast_dtype: str | None = None) -> dict[str, Any]:
+    """Behaviour cloning on ``sft.num_demos`` expert episodes of ``env``'s tasks; returns its metrics.
+    ``autocast_dtype``: as in :func:`behaviour_cloning` (the run's ``train.precision`` and ``model.dtype``)."""
     with console.status(f"collecting {sft.num_demos} demonstrations"):
         tasks = demonstration_tasks(sft, env, train_tasks)
         demos = collect_demonstrations(sft, env, tasks, sft.num_demos, seed + 7)
@@ -184,7 +196,7 @@ def warm_start(sft: SFTConfig, env: EnvConfig, seed: int, model: Any, chat: Chat
             model, examples, episodes_per_batch=sft.episodes_per_batch, learning_rate=sft.learning_rate,
             warmup_steps=sft.warmup_steps, max_steps=sft.max_steps, loss_threshold=sft.loss_threshold,
             max_time_s=sft.max_time_s, seed=seed, on_step=lambda step, loss: advance(loss=loss),
-            ema_decay=sft.ema_decay,
+            ema_decay=sft.ema_decay, autocast_dtype=autocast_dtype,
         )
     result["process_cpu_s"] = time.process_time()
     result["demo_success_rate"] = sum(d.success for d in demos) / max(1, len(demos))
