@@ -16,7 +16,8 @@ which a loaded machine disturbs less than the wall time), success rate per leaf,
 turns per leaf, the share of tasks whose leaves do not all succeed or all fail ("mixed": the groups a
 success-reward update learns from) and that share per 1,000 generated tokens, and the tree/flat ratios
 (target: <= 0.6x tokens per leaf); for trees also the success rate of the leaves that continue a global sample
-and of the branched ones, and the mean depth (turns) of the branch points. ``--tree-set`` sets any
+and of the branched ones, and the mean depth (turns) of the branch points; then, per batch, the model's forward passes, their mean rows, the
+row-slots fed per leaf (context ids and left padding: the work) and the CPU milliseconds of a decode pass. ``--tree-set`` sets any
 :class:`TreeSamplerConfig` field for every tree variant (``branch.<field>`` for :class:`BranchConfig`).
 Numbers only; no verdicts.
 
@@ -27,10 +28,12 @@ differ between turns), else the quickstart's randomly initialised tiny model is 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -108,22 +111,60 @@ def tree_config(leaves: int, settings: dict[str, Any], **fields: Any) -> TreeSam
     return TreeSamplerConfig(num_leaves=leaves, **{**fields, **top})
 
 
+@contextlib.contextmanager
+def model_calls(model: torch.nn.Module) -> Iterator[list[tuple[int, int, float]]]:
+    """Records each forward pass of ``model`` while open: (rows, ids fed per row including left padding, process
+    CPU seconds of the pass)."""
+    calls: list[tuple[int, int, float]] = []
+    began: list[float] = []
+
+    def before(module: torch.nn.Module, args: Any, kwargs: dict[str, Any]) -> None:
+        began.append(time.process_time())
+
+    def after(module: torch.nn.Module, args: Any, kwargs: dict[str, Any], output: Any) -> None:
+        rows, width = kwargs["input_ids"].shape
+        calls.append((int(rows), int(width), time.process_time() - began.pop()))
+
+    handles = [model.register_forward_pre_hook(before, with_kwargs=True),
+               model.register_forward_hook(after, with_kwargs=True)]
+    try:
+        yield calls
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def call_stats(calls: list[tuple[int, int, float]], leaves: int) -> dict[str, float]:
+    """Per batch: forward passes, their mean rows, the row-slots they fed per leaf (ids and left padding), and the
+    CPU milliseconds of a one-id-per-row (decode) pass."""
+    decode = [c for c in calls if c[1] == 1]
+    return {
+        "forward_calls": len(calls),
+        "rows_per_call": statistics.mean(c[0] for c in calls) if calls else 0.0,
+        "fed_slots_per_leaf": sum(c[0] * c[1] for c in calls) / leaves,
+        "decode_ms_per_call": 1000 * statistics.mean(c[2] for c in decode) if decode else float("nan"),
+    }
+
+
 def run_flat(
     policy: TransformersPolicy, chat: ChatFormat, tasks: list[Any], leaves: int, sampling: SamplingParams
 ) -> dict[str, float]:
-    began, began_cpu = time.perf_counter(), time.process_time()
-    trajectories = run_episodes(policy, chat, [t for t in tasks for _ in range(leaves)], sampling)
-    return flat_stats(trajectories, time.perf_counter() - began, time.process_time() - began_cpu)
+    with model_calls(policy.model) as calls:
+        began, began_cpu = time.perf_counter(), time.process_time()
+        trajectories = run_episodes(policy, chat, [t for t in tasks for _ in range(leaves)], sampling)
+        seconds, cpu_seconds = time.perf_counter() - began, time.process_time() - began_cpu
+    return {**flat_stats(trajectories, seconds, cpu_seconds), **call_stats(calls, len(trajectories))}
 
 
 def run_tree(
     policy: TransformersPolicy, chat: ChatFormat, tasks: list[Any], config: TreeSamplerConfig, sampling: SamplingParams
 ) -> dict[str, float]:
-    began, began_cpu = time.perf_counter(), time.process_time()
-    rollout = TreeSampler(policy, chat, config).sample(tasks, sampling)
-    seconds, cpu_seconds = time.perf_counter() - began, time.process_time() - began_cpu
+    with model_calls(policy.model) as calls:
+        began, began_cpu = time.perf_counter(), time.process_time()
+        rollout = TreeSampler(policy, chat, config).sample(tasks, sampling)
+        seconds, cpu_seconds = time.perf_counter() - began, time.process_time() - began_cpu
     trajectories = [t for tree in rollout.trees for t in tree.trajectories()]
-    stats = flat_stats(trajectories, seconds, cpu_seconds)
+    stats = {**flat_stats(trajectories, seconds, cpu_seconds), **call_stats(calls, len(trajectories))}
     stats["tokens_per_leaf"] = rollout.metrics["tokens_per_leaf"]  # shared prefixes counted once
     stats["branches_per_task"] = rollout.metrics["branches"] / len(tasks)
     stats["branch_depth"] = rollout.metrics["branch_depth_mean"]
@@ -201,6 +242,14 @@ def report(results: dict[str, list[dict[str, float]]], leaves: int) -> None:
             + (f"{mean['success_global']:>13.3f} / {mean['success_branched']:<8.3f} {mean['branch_depth']:>12.2f}"
                if "branch_depth" in mean else "")
         )
+    print("\nmodel forward passes per batch (what the time follows: a pass costs a fixed overhead plus its rows' work)")
+    print(f"{'variant':<24} {'passes':>7} {'ratio':>6} {'rows/pass':>9} {'fed slots/leaf':>14} {'ratio':>6} "
+          f"{'ms/decode pass':>14}")
+    for name, runs in results.items():
+        mean = {k: statistics.mean(s[k] for s in runs) for k in runs[0]}
+        print(f"{name:<24} {mean['forward_calls']:>7.1f} {mean['forward_calls'] / base['forward_calls']:>6.2f} "
+              f"{mean['rows_per_call']:>9.1f} {mean['fed_slots_per_leaf']:>14.1f} "
+              f"{mean['fed_slots_per_leaf'] / base['fed_slots_per_leaf']:>6.2f} {mean['decode_ms_per_call']:>14.2f}")
 
 
 if __name__ == "__main__":

@@ -30,3 +30,32 @@ def test_tree_set_reaches_sampler_and_branch_fields(bench: ModuleType) -> None:
         bench.tree_overrides(["fallback"])
     with pytest.raises(TypeError):  # an unknown field is not silently ignored
         bench.tree_config(8, bench.tree_overrides(["fallbak=prompt"]))
+
+
+def test_call_stats_hand_computed(bench: ModuleType) -> None:
+    # (rows, fed width, cpu s): a prefill of 8 rows x 20 ids, two decode passes of 8 and 4 rows
+    calls = [(8, 20, 0.010), (8, 1, 0.002), (4, 1, 0.001)]
+    stats = bench.call_stats(calls, leaves=8)
+    assert stats["forward_calls"] == 3 and stats["rows_per_call"] == pytest.approx(20 / 3)
+    assert stats["fed_slots_per_leaf"] == pytest.approx((160 + 8 + 4) / 8)
+    assert stats["decode_ms_per_call"] == pytest.approx(1.5)
+
+
+def test_model_calls_records_each_pass_and_removes_its_hooks(bench: ModuleType) -> None:
+    import torch
+
+    class Tiny(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = torch.nn.Embedding(10, 4)
+
+        def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+            return self.embed(input_ids)
+
+    model = Tiny()
+    with bench.model_calls(model) as calls:
+        model(input_ids=torch.zeros(3, 5, dtype=torch.long))
+        model(input_ids=torch.zeros(2, 1, dtype=torch.long))
+    model(input_ids=torch.zeros(1, 1, dtype=torch.long))  # after the block: not recorded
+    assert [(rows, width) for rows, width, _ in calls] == [(3, 5), (2, 1)]
+    assert all(seconds >= 0.0 for _, _, seconds in calls)
