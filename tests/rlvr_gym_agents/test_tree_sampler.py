@@ -300,3 +300,34 @@ def test_a_replayed_fallback_branch_can_fork_in_its_first_round(tokenizer: Any, 
                 if trained:
                     assert traj.logps[pos] == pytest.approx(float(logprobs[pos - 1, traj.token_ids[pos]]), abs=1e-4)
     assert forked_fresh >= 1  # some boundary got the original child, the replayed branch and its fork
+
+
+def test_fallback_branches_start_from_the_kept_kv_row_of_their_path(tokenizer: Any,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fallback branch at a boundary its global path generated from warm starts from that path's kept KV row,
+    rewound to the boundary, and feeds only the boundary's observation (not its whole context): the leaves'
+    log-probs are still those of a full forward pass over each leaf's ids."""
+    from rlvr_gym_agents.rollout import tree_sampler
+
+    warm_starts: list[int] = []
+    add_row = tree_sampler._KVRows.add_row
+    monkeypatch.setattr(tree_sampler._KVRows, "add_row",
+                        lambda self, path_id, row: (warm_starts.append(path_id), add_row(self, path_id, row))[1])
+    policy = _policy(tokenizer)
+    sampler = TreeSampler(policy, ChatFormat(tokenizer),
+                          TreeSamplerConfig(num_leaves=4, branch=NEVER, global_samples=1, fallback="entropy"),
+                          env_factory=_make_echo)
+    trees = sampler.sample(echo_tasks(4), SAMPLING).trees
+    assert warm_starts  # some fallback branch started warm
+    checked = 0
+    for tree in trees:
+        assert len(tree.leaves()) == 4
+        for traj in tree.trajectories():
+            ids = torch.tensor([traj.token_ids])
+            with torch.no_grad():
+                logprobs = torch.log_softmax(policy.model(input_ids=ids).logits[0].float(), dim=-1)
+            for pos, trained in enumerate(traj.loss_mask):
+                if trained:
+                    assert traj.logps[pos] == pytest.approx(float(logprobs[pos - 1, traj.token_ids[pos]]), abs=1e-4)
+                    checked += 1
+    assert checked > 20

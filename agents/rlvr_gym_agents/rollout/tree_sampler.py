@@ -14,8 +14,10 @@ Per task the sampler grows a :class:`~rlvr_gym_agents.rollout.tree.RolloutTree` 
 4. When a task has no running path and fewer than ``n`` paths, the rest of the budget (or its
    ``fallback_share``, in rounds) branches at the task's highest-entropy boundaries (TreeRL EPTree-style), or
    with ``fallback="surprisal"`` before its least likely actions; the env is rebuilt by replaying the actions
-   and checked against the recorded observation. With ``fallback="prompt"`` or when that is impossible, half
-   of it (at least one) restarts from the prompt (ARPO's refill).
+   and checked against the recorded observation; its KV row is the finished path's row that generated from that
+   boundary, rewound to it (rows of finished paths are kept until the call ends), so it feeds only the boundary's
+   observation instead of its whole context. With ``fallback="prompt"`` or when that is impossible, half of it
+   (at least one) restarts from the prompt (ARPO's refill).
 
 Envs with ``supports_fork = False`` branch only at the root: all ``n`` leaves are global samples.
 
@@ -175,6 +177,9 @@ class _Run:
         self.num_branches = [0] * len(tasks)
         self.probe_envs: dict[int, PolicyEpisode] = {}  # env reset to build each root, reused by a sample
         self.pilot_entropies: dict[int, list[float]] = {}  # pre-monitoring: turn entropies of each pilot
+        # (task, node) -> (path id, its rewind info): the KV state a warm path had when it generated from that node,
+        # so a fallback branch there starts warm from the path's kept row instead of re-feeding its context
+        self.boundaries: dict[tuple[int, int], tuple[int, RewindInfo]] = {}
 
     def _budget(self) -> _TaskBudget:
         cfg = self.config
@@ -269,6 +274,11 @@ class _Run:
         episode.feed_ids, episode.context_length = context, len(context)
         path = _Path(task_index, self.next_path_id, node_index, episode, branched=True)
         self.next_path_id += 1
+        boundary = self.boundaries.get((task_index, node_index))
+        row = None if boundary is None else self.kv.kept_row(*boundary)
+        if row is not None:  # the row of the path that generated from this node, rewound to it: feed the observation
+            episode.feed_ids, path.fresh = list(tree.nodes[node_index].observation_ids), False
+            self.kv.add_row(path.path_id, row)
         self.branch_state.initial_entropy[path.path_id] = h_init
         self.branch_state.consecutive[path.path_id] = 0
         self.budgets[task_index].started += 1
@@ -301,6 +311,10 @@ class _Run:
         if not running:
             return
         generations = self.kv.generate(running)
+        if self.kv.rewind is not None:
+            for path in running:
+                if not path.fresh:
+                    self.boundaries.setdefault((path.task_index, path.node), (path.path_id, self.kv.rewind))
         children: list[tuple[_Path, int]] = []  # (child path, row in the round's KV state of its parent)
         for row, (path, generation) in enumerate(zip(running, generations, strict=True)):
             children += [(c, row) for c in self._maybe_branch(path, generation)]  # forks before the parent steps
@@ -435,12 +449,31 @@ class _KVRows:
         self.rows: list[int] = []  # the path id of each row of ``state``
         self.post_state: Any = None  # this round's state after generation, rows in ``running`` order
         self.rewind: RewindInfo | None = None  # the warm rows before this round's call
+        self.finished: dict[int, Any] = {}  # path id -> the one-row state a finished path ended with
+        self.joining: list[tuple[int, Any]] = []  # (path id, one-row state) added since the last round
+
+    def kept_row(self, path_id: int, rewind: RewindInfo) -> Any:
+        """A copy of finished path ``path_id``'s row rewound by ``rewind`` (a snapshot of a round in which it was
+        warm), or None when the path has no kept row. Rows only grow at their right end (no compaction here), so the
+        slots before the snapshot are the ones the path had then."""
+        kept = self.finished.get(path_id)
+        return None if kept is None else rewind.apply(kept.select([0]), path_id)
+
+    def add_row(self, path_id: int, row: Any) -> None:
+        """Adds a one-row state for a path joining between rounds (a fallback branch started warm); the rows joining
+        before a round are merged into the state once, at its generate call."""
+        self.joining.append((path_id, row))
 
     def generate(self, running: list[_Path]) -> list[Generation]:
         """One turn per running path, in ``running`` order: one generate call for the warm rows (their state
         selected) and one for the fresh rows (full contexts); their states are merged for :meth:`rebuild`."""
         if not self.reuse:
             return self.policy.generate([self.context_ids(p) for p in running], self.sampling)[0]
+        if self.joining:
+            parts = [self.state] if self.state is not None else []
+            self.state = merge_kv_states(parts + [row for _, row in self.joining])
+            self.rows += [path_id for path_id, _ in self.joining]
+            self.joining = []
         warm = [p for p in running if not p.fresh]
         fresh = [p for p in running if p.fresh]
         out: dict[int, Generation] = {}
@@ -472,6 +505,9 @@ class _KVRows:
         if post_state is None:
             return
         keep = [row for row, p in enumerate(running) if not p.done]
+        for row, path in enumerate(running):
+            if path.done:  # kept for fallback branches at its boundaries (freed with the sampling call)
+                self.finished[path.path_id] = post_state.select([row])
         survivors = post_state if keep == list(range(len(running))) and not children else post_state.select(keep)
         parts = [survivors] if keep else []
         rows = [running[row].path_id for row in keep]
