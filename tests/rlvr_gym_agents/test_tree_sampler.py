@@ -331,3 +331,28 @@ def test_fallback_branches_start_from_the_kept_kv_row_of_their_path(tokenizer: A
                     assert traj.logps[pos] == pytest.approx(float(logprobs[pos - 1, traj.token_ids[pos]]), abs=1e-4)
                     checked += 1
     assert checked > 20
+
+
+@pytest.mark.parametrize("branch, fallbacks", [(NEVER, True), (ALWAYS, False)], ids=["fallback", "in-flight"])
+def test_kept_kv_rows_are_only_those_a_fallback_branch_may_use_and_go_with_the_call(
+        tokenizer: Any, monkeypatch: pytest.MonkeyPatch, branch: BranchConfig, fallbacks: bool) -> None:
+    """A finished path's row is kept only while a boundary names the path and its task has budget left, and none
+    outlives ``sample()`` (the run is only freed by the cyclic collector, so it must not hold them)."""
+    from rlvr_gym_agents.rollout import tree_sampler
+
+    runs: list[Any] = []
+    kept_sizes: list[int] = []
+    loop, rebuild = tree_sampler._Run.loop, tree_sampler._KVRows.rebuild
+    monkeypatch.setattr(tree_sampler._Run, "loop", lambda self: (runs.append(self), loop(self))[1])
+    monkeypatch.setattr(tree_sampler._KVRows, "rebuild", lambda self, running, children: (
+        rebuild(self, running, children), kept_sizes.append(len(self.finished)))[1])
+    sampler = TreeSampler(_policy(tokenizer), ChatFormat(tokenizer),
+                          TreeSamplerConfig(num_leaves=4, branch=branch, global_samples=1), env_factory=_make_echo)
+    trees = sampler.sample(echo_tasks(4), SAMPLING).trees
+    assert all(len(tree.leaves()) == 4 for tree in trees)
+    (run,) = runs
+    assert run.kv.finished == {} and run.boundaries == {}
+    if fallbacks:
+        assert max(kept_sizes) >= 1
+    else:  # branching in flight fills each task's budget before its paths end: nothing to keep
+        assert max(kept_sizes) == 0

@@ -171,15 +171,16 @@ class _Run:
         self.trees = [RolloutTree(task, group=i) for i, task in enumerate(tasks)]
         self.budgets = [self._budget() for _ in tasks]
         self.paths: list[_Path] = []
-        self.kv = _KVRows(sampler.policy, sampling, sampler.reuse_kv_cache, self._context_ids)
+        self.kv = _KVRows(sampler.policy, sampling, sampler.reuse_kv_cache, self._context_ids, self._keeps_row)
         self.next_path_id = 0
         self.num_globals = [0] * len(tasks)
         self.num_branches = [0] * len(tasks)
         self.probe_envs: dict[int, PolicyEpisode] = {}  # env reset to build each root, reused by a sample
         self.pilot_entropies: dict[int, list[float]] = {}  # pre-monitoring: turn entropies of each pilot
-        # (task, node) -> (path id, its rewind info): the KV state a warm path had when it generated from that node,
-        # so a fallback branch there starts warm from the path's kept row instead of re-feeding its context
-        self.boundaries: dict[tuple[int, int], tuple[int, RewindInfo]] = {}
+        # (task, node) -> [(path id, its rewind info)]: the KV state of each warm path that generated from that node,
+        # so a fallback branch there starts warm from such a path's kept row instead of re-feeding its context
+        self.boundaries: dict[tuple[int, int], list[tuple[int, RewindInfo]]] = {}
+        self.boundary_paths: set[int] = set()  # the paths some boundary names: the only rows worth keeping
 
     def _budget(self) -> _TaskBudget:
         cfg = self.config
@@ -202,6 +203,13 @@ class _Run:
             self._round(running)
         for path in self.paths:
             self._close(path)
+        self.kv.finished.clear()  # the kept rows go with the call (the run is garbage once sample() returns)
+        self.boundaries.clear()
+
+    def _keeps_row(self, path: _Path) -> bool:
+        """Whether a finished path's KV row may still serve a fallback branch: a boundary names the path and its
+        task has budget left."""
+        return path.path_id in self.boundary_paths and self.budgets[path.task_index].started < self.config.num_leaves
 
     def _reset_env_probe(self, task_index: int) -> list[int] | None:
         """Builds the root: resets one env to get the prompt (kept as the first global sample's env)."""
@@ -240,6 +248,10 @@ class _Run:
                 count = 0
             for _ in range(min(count, n - budget.started)):
                 self._start_global(i)
+            if budget.started >= n:  # no more branches for this task: its kept rows are no use
+                for path in self.paths:
+                    if path.task_index == i:
+                        self.kv.finished.pop(path.path_id, None)
 
     def _start_fallbacks(self, task_index: int, count: int) -> bool:
         """Spends the rest of a finished task's budget on branches at its highest-entropy boundaries
@@ -274,8 +286,8 @@ class _Run:
         episode.feed_ids, episode.context_length = context, len(context)
         path = _Path(task_index, self.next_path_id, node_index, episode, branched=True)
         self.next_path_id += 1
-        boundary = self.boundaries.get((task_index, node_index))
-        row = None if boundary is None else self.kv.kept_row(*boundary)
+        row = next((r for r in (self.kv.kept_row(*b) for b in self.boundaries.get((task_index, node_index), []))
+                    if r is not None), None)
         if row is not None:  # the row of the path that generated from this node, rewound to it: feed the observation
             episode.feed_ids, path.fresh = list(tree.nodes[node_index].observation_ids), False
             self.kv.add_row(path.path_id, row)
@@ -314,7 +326,8 @@ class _Run:
         if self.kv.rewind is not None:
             for path in running:
                 if not path.fresh:
-                    self.boundaries.setdefault((path.task_index, path.node), (path.path_id, self.kv.rewind))
+                    self.boundaries.setdefault((path.task_index, path.node), []).append((path.path_id, self.kv.rewind))
+                    self.boundary_paths.add(path.path_id)
         children: list[tuple[_Path, int]] = []  # (child path, row in the round's KV state of its parent)
         for row, (path, generation) in enumerate(zip(running, generations, strict=True)):
             children += [(c, row) for c in self._maybe_branch(path, generation)]  # forks before the parent steps
@@ -443,8 +456,9 @@ class _KVRows:
     """
 
     def __init__(self, policy: Policy, sampling: SamplingParams, reuse_kv_cache: bool,
-                 context_ids: Callable[[_Path], list[int]]) -> None:
+                 context_ids: Callable[[_Path], list[int]], keeps_row: Callable[[_Path], bool]) -> None:
         self.policy, self.sampling, self.reuse, self.context_ids = policy, sampling, reuse_kv_cache, context_ids
+        self.keeps_row = keeps_row  # whether a finished path's row may serve a fallback branch
         self.state: Any = None  # rows: the warm running paths
         self.rows: list[int] = []  # the path id of each row of ``state``
         self.post_state: Any = None  # this round's state after generation, rows in ``running`` order
@@ -506,7 +520,7 @@ class _KVRows:
             return
         keep = [row for row, p in enumerate(running) if not p.done]
         for row, path in enumerate(running):
-            if path.done:  # kept for fallback branches at its boundaries (freed with the sampling call)
+            if path.done and self.keeps_row(path):  # for fallback branches at its boundaries
                 self.finished[path.path_id] = post_state.select([row])
         survivors = post_state if keep == list(range(len(running))) and not children else post_state.select(keep)
         parts = [survivors] if keep else []
