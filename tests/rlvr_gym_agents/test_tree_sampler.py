@@ -77,6 +77,21 @@ def _make_echo(env_id: str, **kwargs: Any) -> Env:
     return EchoEnv(**kwargs)
 
 
+def _check_logps_against_full_forward(policy: TransformersPolicy, trees: list[RolloutTree]) -> int:
+    """Asserts every generated token's recorded log-prob is that of a full forward pass over its leaf's ids (what a
+    rewound or merged KV cache must not change); returns how many tokens it checked."""
+    checked = 0
+    for traj in (t for tree in trees for t in tree.trajectories()):
+        ids = torch.tensor([traj.token_ids])
+        with torch.no_grad():
+            logprobs = torch.log_softmax(policy.model(input_ids=ids).logits[0].float(), dim=-1)
+        for pos, trained in enumerate(traj.loss_mask):
+            if trained:
+                assert traj.logps[pos] == pytest.approx(float(logprobs[pos - 1, traj.token_ids[pos]]), abs=1e-4)
+                checked += 1
+    return checked
+
+
 @pytest.mark.parametrize("branch", [ALWAYS, NEVER, BranchConfig()], ids=["always", "never", "default"])
 def test_exactly_n_leaves_per_task(tokenizer: Any, branch: BranchConfig) -> None:
     trees = _sample(tokenizer, branch, fallback="prompt")
@@ -114,17 +129,7 @@ def test_cached_logps_equal_a_full_forward_pass(tokenizer: Any) -> None:
         policy, ChatFormat(tokenizer), TreeSamplerConfig(num_leaves=4, branch=ALWAYS), env_factory=_make_echo
     )
     trees = sampler.sample(echo_tasks(2), SAMPLING).trees
-    checked = 0
-    for traj in (t for tree in trees for t in tree.trajectories()):
-        ids = torch.tensor([traj.token_ids])
-        with torch.no_grad():
-            logprobs = torch.log_softmax(policy.model(input_ids=ids).logits[0].float(), dim=-1)
-        for pos, trained in enumerate(traj.loss_mask):
-            if trained:
-                expected = float(logprobs[pos - 1, traj.token_ids[pos]])
-                assert traj.logps[pos] == pytest.approx(expected, abs=1e-4)
-                checked += 1
-    assert checked > 10
+    assert _check_logps_against_full_forward(policy, trees) > 10
 
 
 def test_branches_reuse_parent_state_when_not_forkable_only_root(tokenizer: Any) -> None:
@@ -292,13 +297,7 @@ def test_a_replayed_fallback_branch_can_fork_in_its_first_round(tokenizer: Any, 
         for node in tree.nodes[1:]:
             children[node.parent] = children.get(node.parent, 0) + 1
         forked_fresh += sum(1 for n, count in children.items() if count >= 3 and tree.nodes[n].depth >= 1)
-        for traj in tree.trajectories():  # every leaf's log-probs are those of its own full context
-            ids = torch.tensor([traj.token_ids])
-            with torch.no_grad():
-                logprobs = torch.log_softmax(policy.model(input_ids=ids).logits[0].float(), dim=-1)
-            for pos, trained in enumerate(traj.loss_mask):
-                if trained:
-                    assert traj.logps[pos] == pytest.approx(float(logprobs[pos - 1, traj.token_ids[pos]]), abs=1e-4)
+    _check_logps_against_full_forward(policy, trees)  # every leaf's log-probs are those of its own full context
     assert forked_fresh >= 1  # some boundary got the original child, the replayed branch and its fork
 
 
@@ -319,18 +318,8 @@ def test_fallback_branches_start_from_the_kept_kv_row_of_their_path(tokenizer: A
                           env_factory=_make_echo)
     trees = sampler.sample(echo_tasks(4), SAMPLING).trees
     assert warm_starts  # some fallback branch started warm
-    checked = 0
-    for tree in trees:
-        assert len(tree.leaves()) == 4
-        for traj in tree.trajectories():
-            ids = torch.tensor([traj.token_ids])
-            with torch.no_grad():
-                logprobs = torch.log_softmax(policy.model(input_ids=ids).logits[0].float(), dim=-1)
-            for pos, trained in enumerate(traj.loss_mask):
-                if trained:
-                    assert traj.logps[pos] == pytest.approx(float(logprobs[pos - 1, traj.token_ids[pos]]), abs=1e-4)
-                    checked += 1
-    assert checked > 20
+    assert all(len(tree.leaves()) == 4 for tree in trees)
+    assert _check_logps_against_full_forward(policy, trees) > 20
 
 
 @pytest.mark.parametrize("branch, fallbacks", [(NEVER, True), (ALWAYS, False)], ids=["fallback", "in-flight"])
