@@ -1,8 +1,8 @@
 """GPU check: a ~110M-parameter Qwen2 built locally, a short SFT warm start and RL on the text world, in mixed precision.
 
-It has run on one H200 (2026-12-04, through ``benchmarks/gpu_check_device.sh``; the numbers and what the run found
-are in ``docs/results.md``) and runs on the CPU as ``--device cpu --tiny`` (the ``slow`` test
-``tests/rlvr_gym_agents/test_gpu_check.py``). Every number it prints is measured on the machine it runs on.
+On a device it runs through ``benchmarks/gpu_check_device.sh`` (results of its runs: ``docs/results.md``); on the CPU
+as ``--device cpu --tiny`` (the ``slow`` test ``tests/rlvr_gym_agents/test_gpu_check.py``). Every number it prints is
+measured on the machine it runs on.
 
 What it runs: the trainer's own path (:func:`rlvr_gym_agents.train.train`) on the quickstart recipe's text world
 (``textworld/ALFWorld-Starter-v0``), with the model built from scratch (word-level tokenizer from env text, random

@@ -16,10 +16,10 @@ which a loaded machine disturbs less than the wall time), success rate per leaf,
 turns per leaf, the share of tasks whose leaves do not all succeed or all fail ("mixed": the groups a
 success-reward update learns from) and that share per 1,000 generated tokens, and the tree/flat ratios
 (target: <= 0.6x tokens per leaf); for trees also the success rate of the leaves that continue a global sample
-and of the branched ones, and the mean depth (turns) of the branch points; then, per batch, the model's forward passes, their mean rows, the
-row-slots fed per leaf (context ids and left padding: the work) and the CPU milliseconds of a decode pass. ``--tree-set`` sets any
-:class:`TreeSamplerConfig` field for every tree variant (``branch.<field>`` for :class:`BranchConfig`).
-Numbers only; no verdicts.
+and of the branched ones, and the mean depth (turns) of the branch points; then, per batch, the model's forward
+passes, their mean rows, the row-slots fed per leaf (context ids and left padding: the work) and the CPU milliseconds
+of a decode pass. ``--tree-set`` sets any :class:`TreeSamplerConfig` field for every tree variant
+(``branch.<field>`` for :class:`BranchConfig`). Numbers only; no verdicts.
 
 The model defaults to the quickstart's checkpoint when it exists (a policy with some skill: entropies that
 differ between turns), else the quickstart's randomly initialised tiny model is built in a temporary folder.
@@ -221,7 +221,8 @@ def main() -> None:
 
 
 def report(results: dict[str, list[dict[str, float]]], leaves: int) -> None:
-    base = {k: statistics.mean(s[k] for s in results["flat"]) for k in results["flat"][0]}
+    means = {name: {k: statistics.mean(s[k] for s in runs) for k in runs[0]} for name, runs in results.items()}
+    base = means["flat"]
     print("\nmeans over seeds (ratio = tree / flat)")
     header = (
         f"{'variant':<24} {'tokens/leaf':>12} {'ratio':>6} {'s/leaf':>8} {'ratio':>6} {'cpu s/leaf':>10} {'ratio':>6} "
@@ -230,8 +231,7 @@ def report(results: dict[str, list[dict[str, float]]], leaves: int) -> None:
         f"{'success global/branched':>24} {'branch depth':>12}"
     )
     print(header)
-    for name, runs in results.items():
-        mean = {k: statistics.mean(s[k] for s in runs) for k in runs[0]}
+    for name, mean in means.items():
         print(
             f"{name:<24} {mean['tokens_per_leaf']:>12.1f} {mean['tokens_per_leaf'] / base['tokens_per_leaf']:>6.2f} "
             f"{mean['seconds_per_leaf']:>8.3f} {mean['seconds_per_leaf'] / base['seconds_per_leaf']:>6.2f} "
@@ -245,8 +245,7 @@ def report(results: dict[str, list[dict[str, float]]], leaves: int) -> None:
     print("\nmodel forward passes per batch (what the time follows: a pass costs a fixed overhead plus its rows' work)")
     print(f"{'variant':<24} {'passes':>7} {'ratio':>6} {'rows/pass':>9} {'fed slots/leaf':>14} {'ratio':>6} "
           f"{'ms/decode pass':>14}")
-    for name, runs in results.items():
-        mean = {k: statistics.mean(s[k] for s in runs) for k in runs[0]}
+    for name, mean in means.items():
         print(f"{name:<24} {mean['forward_calls']:>7.1f} {mean['forward_calls'] / base['forward_calls']:>6.2f} "
               f"{mean['rows_per_call']:>9.1f} {mean['fed_slots_per_leaf']:>14.1f} "
               f"{mean['fed_slots_per_leaf'] / base['fed_slots_per_leaf']:>6.2f} {mean['decode_ms_per_call']:>14.2f}")

@@ -334,7 +334,7 @@ def test_kept_kv_rows_are_only_those_a_fallback_branch_may_use_and_go_with_the_c
     loop, rebuild = tree_sampler._Run.loop, tree_sampler._KVRows.rebuild
     monkeypatch.setattr(tree_sampler._Run, "loop", lambda self: (runs.append(self), loop(self))[1])
     monkeypatch.setattr(tree_sampler._KVRows, "rebuild", lambda self, running, children: (
-        rebuild(self, running, children), kept_sizes.append(len(self.finished)))[1])
+        rebuild(self, running, children), kept_sizes.append(sum(len(rows) for rows in self.finished.values())))[1])
     sampler = TreeSampler(_policy(tokenizer), ChatFormat(tokenizer),
                           TreeSamplerConfig(num_leaves=4, branch=branch, global_samples=1), env_factory=_make_echo)
     trees = sampler.sample(echo_tasks(4), SAMPLING).trees

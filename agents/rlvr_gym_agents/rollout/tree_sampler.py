@@ -249,9 +249,7 @@ class _Run:
             for _ in range(min(count, n - budget.started)):
                 self._start_global(i)
             if budget.started >= n:  # no more branches for this task: its kept rows are no use
-                for path in self.paths:
-                    if path.task_index == i:
-                        self.kv.finished.pop(path.path_id, None)
+                self.kv.finished.pop(i, None)
 
     def _start_fallbacks(self, task_index: int, count: int) -> bool:
         """Spends the rest of a finished task's budget on branches at its highest-entropy boundaries
@@ -286,8 +284,8 @@ class _Run:
         episode.feed_ids, episode.context_length = context, len(context)
         path = _Path(task_index, self.next_path_id, node_index, episode, branched=True)
         self.next_path_id += 1
-        row = next((r for r in (self.kv.kept_row(*b) for b in self.boundaries.get((task_index, node_index), []))
-                    if r is not None), None)
+        candidates = self.boundaries.get((task_index, node_index), [])
+        row = next((r for r in (self.kv.kept_row(task_index, *c) for c in candidates) if r is not None), None)
         if row is not None:  # the row of the path that generated from this node, rewound to it: feed the observation
             episode.feed_ids, path.fresh = list(tree.nodes[node_index].observation_ids), False
             self.kv.add_row(path.path_id, row)
@@ -463,14 +461,14 @@ class _KVRows:
         self.rows: list[int] = []  # the path id of each row of ``state``
         self.post_state: Any = None  # this round's state after generation, rows in ``running`` order
         self.rewind: RewindInfo | None = None  # the warm rows before this round's call
-        self.finished: dict[int, Any] = {}  # path id -> the one-row state a finished path ended with
+        self.finished: dict[int, dict[int, Any]] = {}  # task -> path id -> the one-row state the path ended with
         self.joining: list[tuple[int, Any]] = []  # (path id, one-row state) added since the last round
 
-    def kept_row(self, path_id: int, rewind: RewindInfo) -> Any:
+    def kept_row(self, task_index: int, path_id: int, rewind: RewindInfo) -> Any:
         """A copy of finished path ``path_id``'s row rewound by ``rewind`` (a snapshot of a round in which it was
         warm), or None when the path has no kept row. Rows only grow at their right end (no compaction here), so the
         slots before the snapshot are the ones the path had then."""
-        kept = self.finished.get(path_id)
+        kept = self.finished.get(task_index, {}).get(path_id)
         return None if kept is None else rewind.apply(kept.select([0]), path_id)
 
     def add_row(self, path_id: int, row: Any) -> None:
@@ -521,7 +519,7 @@ class _KVRows:
         keep = [row for row, p in enumerate(running) if not p.done]
         for row, path in enumerate(running):
             if path.done and self.keeps_row(path):  # for fallback branches at its boundaries
-                self.finished[path.path_id] = post_state.select([row])
+                self.finished.setdefault(path.task_index, {})[path.path_id] = post_state.select([row])
         survivors = post_state if keep == list(range(len(running))) and not children else post_state.select(keep)
         parts = [survivors] if keep else []
         rows = [running[row].path_id for row in keep]

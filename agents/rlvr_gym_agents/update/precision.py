@@ -8,9 +8,8 @@ The scheme (``train.precision: mixed``, the default):
   decides; log-probs are taken in fp32 (``log_softmax(logits.float())``), so the loss is fp32 too;
 - ``backward()`` runs outside the autocast region (the backward ops take the forward's dtypes);
 - one autocast region never spans an optimizer step: autocast keeps the low-precision copy of each weight it casts
-  until its outermost region ends, so forward passes after a step in the same region run on the old weights. The SFT
-  warm start once ran inside one region: its matrices stayed at their first-step values and a CPU run of the
-  quickstart's model stayed at loss 4.2 (found by the first GPU check, 2026-12-04; see ``docs/results.md``).
+  until its outermost region ends, so forward passes after a step in the same region run on the old weights (the
+  weight matrices then stop learning; only embeddings and norms, which autocast does not cast, train).
 
 Why: bf16 has an 8-bit mantissa, so an update smaller than 2^-8 of a weight rounds away. With plain AdamW on bf16
 parameters at lr 1e-6 (the GPU recipes), 10 steps changed 0.7% of a 256x256 matrix's entries; with fp32 master

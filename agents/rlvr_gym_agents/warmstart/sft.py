@@ -84,7 +84,7 @@ def behaviour_cloning(model: torch.nn.Module, examples: Sequence[tuple[list[int]
             backward and the optimizer step outside it), as the RL update does under ``train.precision: mixed``; None
             (default) runs in the parameters' dtype. One autocast region must never span optimizer steps: autocast
             caches the low-precision copy of every weight until its region ends, so later forward passes would run on
-            the first step's weights (a CPU run of the quickstart's model stayed at loss 4.2 over 1,500 steps so).
+            the first step's weights (:mod:`rlvr_gym_agents.update.precision`).
 
     Raises:
         ValueError: ``curve_every < 1``, or ``ema_decay`` outside (0, 1).
