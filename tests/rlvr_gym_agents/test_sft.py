@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from pathlib import Path
 
@@ -10,6 +11,9 @@ import torch
 from rlvr_gym_agents.policy import load_model_and_tokenizer
 from rlvr_gym_agents.policy.chat import ChatFormat
 from rlvr_gym_agents.warmstart.demonstrations import (
+    ACTION,
+    CONTEXT,
+    UNTRAINED_ACTION,
     Demonstration,
     demonstrate,
     demonstration_ids,
@@ -20,7 +24,13 @@ from rlvr_gym_agents.warmstart.demonstrations import (
 from rlvr_gym_agents.warmstart.demonstrations import (
     _demonstrated_action as sft_action,
 )
-from rlvr_gym_agents.warmstart.sft import _batches, _cross_entropy, behaviour_cloning, warmup_cosine
+from rlvr_gym_agents.warmstart.sft import (
+    _batches,
+    _cross_entropy,
+    _optimizer_step,
+    behaviour_cloning,
+    warmup_cosine,
+)
 
 import rlvr_gym
 from rlvr_gym import load_suite
@@ -31,13 +41,14 @@ def test_demonstration_ids_train_only_on_expert_actions(tiny_model_dir: Path) ->
     _, tokenizer = load_model_and_tokenizer(str(tiny_model_dir))
     chat = ChatFormat(tokenizer)
     demo = Demonstration(["Say the word: apple", "Wrong.", "Correct."], ["say bread", "say apple"], [False, True], True)
-    ids, mask = demonstration_ids(demo, chat)
+    ids, roles = demonstration_ids(demo, chat)
+    prompt, observation = chat.prompt_ids("Say the word: apple"), chat.observation_ids("Wrong.")
     mistake = chat.encode("say bread") + [chat.end_of_turn_id]
     expert = chat.encode("say apple") + [chat.end_of_turn_id]
-    expected = chat.prompt_ids("Say the word: apple") + mistake + chat.observation_ids("Wrong.") + expert
-    assert ids == expected
-    assert [i for i, m in zip(ids, mask) if m] == expert  # the mistake stays in context, out of the loss
-    assert sum(mask) == len(expert)
+    assert ids == prompt + mistake + observation + expert
+    assert [i for i, r in zip(ids, roles) if r == ACTION] == expert  # the mistake stays in context, out of the loss
+    assert [i for i, r in zip(ids, roles) if r == UNTRAINED_ACTION] == mistake
+    assert [i for i, r in zip(ids, roles) if r == CONTEXT] == prompt + observation
 
 
 def test_textworld_oracle_demonstrations_recover_from_mistakes() -> None:
@@ -318,6 +329,59 @@ def test_cross_entropy_moves_the_cpu_batch_to_the_models_device() -> None:
             assert attention_mask.device == input_ids.device
             return type("Out", (), {"logits": self.head(self.embed(input_ids))})()
 
-    ids, mask = torch.tensor([[1, 2, 3, -1]]), torch.tensor([[0, 1, 1, 0]])
-    loss = _cross_entropy(Tiny(), ids, mask)
+    ids, roles = torch.tensor([[1, 2, 3, -1]]), torch.tensor([[0, 1, 1, 0]])
+    loss, _ = _cross_entropy(Tiny(), ids, roles)
     assert loss.device.type == "meta" and loss.shape == ()
+
+
+class _PositionLogits(torch.nn.Module):
+    """Logits ``[0, ln(t + 1)]`` at position ``t`` over a 2-token vocabulary: p(id 1) = (t + 1) / (t + 2)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.ones(()))
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, use_cache: bool) -> object:
+        t = torch.arange(input_ids.shape[1], dtype=torch.float32)
+        logits = torch.stack([torch.zeros_like(t), self.scale * torch.log(t + 1)], dim=-1)
+        return type("Out", (), {"logits": logits.expand(input_ids.shape[0], -1, -1)})()
+
+
+def test_cross_entropy_splits_action_and_context_targets_by_role() -> None:
+    # targets at positions 1..5: 0 (context), 1 (action), 1 (mistake: neither), 1 (context), padding (neither);
+    # predicted from positions 0..4 with p(1) = 1/2, 2/3, 3/4, 4/5
+    ids = torch.tensor([[1, 0, 1, 1, 1, -1]])
+    roles = torch.tensor([[CONTEXT, CONTEXT, ACTION, UNTRAINED_ACTION, CONTEXT, CONTEXT]])
+    action, context = _cross_entropy(_PositionLogits(), ids, roles, with_context=True)
+    assert action.item() == pytest.approx(-math.log(2 / 3), abs=1e-6)
+    assert context.item() == pytest.approx((-math.log(1 / 2) - math.log(4 / 5)) / 2, abs=1e-6)
+    action_only, zero = _cross_entropy(_PositionLogits(), ids, roles)
+    assert action_only.item() == pytest.approx(action.item()) and zero.item() == 0.0
+
+
+def test_context_loss_weight_trains_the_context_and_reports_the_action_loss(tiny_model_dir: Path) -> None:
+    _, tokenizer = load_model_and_tokenizer(str(tiny_model_dir))
+    chat = ChatFormat(tokenizer)
+    examples = [demonstration_ids(demonstrate(t, gold_expert, 0.0, random.Random(0)), chat) for t in echo_tasks(8)]
+    batch = next(_batches(examples, 8, 0))
+    before, after = {}, {}
+    for weight in (0.0, 1.0):
+        torch.manual_seed(0)
+        model, _ = load_model_and_tokenizer(str(tiny_model_dir))
+        with torch.no_grad():
+            before[weight] = [x.item() for x in _cross_entropy(model, *batch, with_context=True)]
+        behaviour_cloning(model, examples, episodes_per_batch=8, learning_rate=3e-3, warmup_steps=1, max_steps=30,
+                          loss_threshold=0.0, max_time_s=120, seed=0, context_loss_weight=weight)
+        with torch.no_grad():
+            after[weight] = [x.item() for x in _cross_entropy(model, *batch, with_context=True)]
+    assert before[0.0] == before[1.0]  # the same initial model
+    assert after[0.0][0] < 0.5 * before[0.0][0] and after[1.0][0] < 0.5 * before[1.0][0]  # actions learnt either way
+    assert after[1.0][1] < 0.5 * after[0.0][1]  # only the weighted run models the prompts and observations
+    # a step reports the actions' loss (what the threshold and the curve read), not the weighted sum it minimises
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    with torch.no_grad():
+        action, _ = _cross_entropy(model, *batch, with_context=True)
+    assert _optimizer_step(model, optimizer, *batch, None, 1.0) == pytest.approx(action.item(), rel=1e-5)
+    with pytest.raises(ValueError, match="context_loss_weight must be >= 0"):
+        behaviour_cloning(model, examples, episodes_per_batch=1, learning_rate=1e-3, warmup_steps=1, max_steps=1,
+                          loss_threshold=0.0, max_time_s=1, context_loss_weight=-0.5)

@@ -165,19 +165,25 @@ def _demonstrated_action(env: Env, info: dict[str, Any], expert: Expert, rng: ra
     return action, True
 
 
+CONTEXT, ACTION, UNTRAINED_ACTION = 0, 1, 2
+"""Token roles of :func:`demonstration_ids`: the prompt and observations, an action imitated, an action left out of
+the loss (an injected mistake, kept in context)."""
+
+
 def demonstration_ids(demo: Demonstration, chat: ChatFormat) -> tuple[list[int], list[int]]:
-    """Token ids of a demonstration and its loss mask (1 on the expert's action ids and end-of-turn id)."""
+    """Token ids of a demonstration and each id's role: :data:`ACTION` on the imitated actions' ids and end-of-turn
+    ids, :data:`UNTRAINED_ACTION` on those of injected mistakes, :data:`CONTEXT` on the prompt and observations."""
     ids = chat.prompt_ids(demo.observations[0])
-    mask = [0] * len(ids)
+    roles = [CONTEXT] * len(ids)
     for turn, (action, trained) in enumerate(zip(demo.actions, demo.trained)):
         action_ids = chat.encode(action) + [chat.end_of_turn_id]
         ids += action_ids
-        mask += [int(trained)] * len(action_ids)
+        roles += [ACTION if trained else UNTRAINED_ACTION] * len(action_ids)
         if turn + 1 < len(demo.actions):
             obs_ids = chat.observation_ids(demo.observations[turn + 1])
             ids += obs_ids
-            mask += [0] * len(obs_ids)
-    return ids, mask
+            roles += [CONTEXT] * len(obs_ids)
+    return ids, roles
 
 
 def collect_demonstrations(sft: SFTConfig, env: EnvConfig, tasks: list[Task] | None, num_episodes: int,

@@ -21,7 +21,13 @@ from rlvr_gym import Task
 from rlvr_gym_agents.batching import pad_right
 from rlvr_gym_agents.policy.chat import ChatFormat
 from rlvr_gym_agents.update.precision import autocast, model_device
-from rlvr_gym_agents.warmstart.demonstrations import collect_demonstrations, demonstration_ids, demonstration_tasks
+from rlvr_gym_agents.warmstart.demonstrations import (
+    ACTION,
+    CONTEXT,
+    collect_demonstrations,
+    demonstration_ids,
+    demonstration_tasks,
+)
 
 if TYPE_CHECKING:
     from rlvr_gym_agents.config import EnvConfig, SFTConfig
@@ -64,8 +70,9 @@ def behaviour_cloning(model: torch.nn.Module, examples: Sequence[tuple[list[int]
                       episodes_per_batch: int, learning_rate: float, warmup_steps: int, max_steps: int,
                       loss_threshold: float, max_time_s: float, seed: int = 0,
                       on_step: Callable[[int, float], None] | None = None, curve_every: int = 100,
-                      ema_decay: float | None = None, autocast_dtype: str | None = None) -> dict[str, Any]:
-    """Trains ``model`` by next-token cross-entropy on the masked ids of ``examples``.
+                      ema_decay: float | None = None, autocast_dtype: str | None = None,
+                      context_loss_weight: float = 0.0) -> dict[str, Any]:
+    """Trains ``model`` by next-token cross-entropy on the action ids of ``examples`` (plus, weighted, their context).
 
     Stops at the first of: ``max_steps`` optimizer steps, ``max_time_s`` seconds, or an exponential moving
     average (0.9) of the loss below ``loss_threshold`` nats/token. The learning rate warms up, then decays
@@ -73,7 +80,7 @@ def behaviour_cloning(model: torch.nn.Module, examples: Sequence[tuple[list[int]
 
     Args:
         model: the causal LM (trained in place).
-        examples: ``(ids, loss_mask)`` pairs from :func:`demonstration_ids`.
+        examples: ``(ids, roles)`` pairs from :func:`demonstration_ids`.
         seed: seeds the batch order.
         on_step: called with (step, loss) after each optimizer step.
         curve_every: record the loss average every this many steps (>= 1).
@@ -85,9 +92,11 @@ def behaviour_cloning(model: torch.nn.Module, examples: Sequence[tuple[list[int]
             (default) runs in the parameters' dtype. One autocast region must never span optimizer steps: autocast
             caches the low-precision copy of every weight until its region ends, so later forward passes would run on
             the first step's weights (:mod:`rlvr_gym_agents.update.precision`).
+        context_loss_weight: >= 0; each step minimises ``action_loss + context_loss_weight * context_loss`` (mean
+            nats per action token and per context token); the threshold, ``loss`` and its curve are the action loss.
 
     Raises:
-        ValueError: ``curve_every < 1``, or ``ema_decay`` outside (0, 1).
+        ValueError: ``curve_every < 1``, ``ema_decay`` outside (0, 1), or ``context_loss_weight < 0``.
 
     Returns:
         ``{"steps", "loss", "elapsed_s", "tokens_per_s", "stopped_by", "loss_curve", "time_schedule_from_step"}``;
@@ -100,6 +109,8 @@ def behaviour_cloning(model: torch.nn.Module, examples: Sequence[tuple[list[int]
         raise ValueError(f"curve_every must be >= 1, got {curve_every}")
     if ema_decay is not None and not 0.0 < ema_decay < 1.0:
         raise ValueError(f"sft.ema_decay must be in (0, 1) or None, got {ema_decay}")
+    if not context_loss_weight >= 0.0:
+        raise ValueError(f"sft.context_loss_weight must be >= 0, got {context_loss_weight}")
     average = None if ema_decay is None else AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(ema_decay))
     optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
     batches = _batches(examples, episodes_per_batch, seed)
@@ -113,8 +124,8 @@ def behaviour_cloning(model: torch.nn.Module, examples: Sequence[tuple[list[int]
             time_schedule_from = step
         for group in optimizer.param_groups:
             group["lr"] = learning_rate * warmup_cosine(step - 1, warmup_steps, max_steps, spent)
-        ids, mask = next(batches)
-        value = _optimizer_step(model, optimizer, ids, mask, autocast_dtype)
+        ids, roles = next(batches)
+        value = _optimizer_step(model, optimizer, ids, roles, autocast_dtype, context_loss_weight)
         if average is not None:
             average.update_parameters(model)
         ema = value if ema is None else 0.9 * ema + 0.1 * value
@@ -137,21 +148,22 @@ def behaviour_cloning(model: torch.nn.Module, examples: Sequence[tuple[list[int]
 
 
 def _optimizer_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, ids: torch.Tensor,
-                    mask: torch.Tensor, autocast_dtype: str | None = None) -> float:
-    """One clipped (global L2 norm 1.0) optimizer step on the batch's cross-entropy; returns the loss. The forward pass
-    alone runs under autocast (a fresh region per step: see :func:`behaviour_cloning`)."""
+                    roles: torch.Tensor, autocast_dtype: str | None = None, context_loss_weight: float = 0.0) -> float:
+    """One clipped (global L2 norm 1.0) optimizer step on the batch's cross-entropy; returns the actions' loss. The
+    forward pass alone runs under autocast (a fresh region per step: see :func:`behaviour_cloning`)."""
     with autocast(model_device(model), autocast_dtype):
-        loss = _cross_entropy(model, ids, mask)
+        action_loss, context_loss = _cross_entropy(model, ids, roles, with_context=context_loss_weight > 0.0)
+        loss = action_loss + context_loss_weight * context_loss if context_loss_weight > 0.0 else action_loss
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     optimizer.step()
-    return loss.item()
+    return action_loss.item()
 
 
 def _batches(examples: Sequence[tuple[list[int], list[int]]], size: int, seed: int,
              bucket_batches: int = 16) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Endless shuffled batches of (ids (B, T) padded with -1, mask (B, T)), grouped by length.
+    """Endless shuffled batches of (ids (B, T) padded with -1, roles (B, T) padded with 0), grouped by length.
 
     Each pass over the examples is shuffled, cut into pools of ``size * bucket_batches`` examples, each
     pool sorted by length and cut into batches, and the batches shuffled (as ``group_by_length`` in
@@ -172,15 +184,25 @@ def _batches(examples: Sequence[tuple[list[int], list[int]]], size: int, seed: i
                    pad_right([examples[i][1] for i in chosen], 0, torch.long))
 
 
-def _cross_entropy(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean next-token cross-entropy over positions whose target has mask 1. ``ids`` pads with -1; the batch (built on
-    the CPU) moves to the model's device."""
+def _cross_entropy(model: torch.nn.Module, ids: torch.Tensor, roles: torch.Tensor,
+                   with_context: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean next-token cross-entropy (nats) over the targets whose role is :data:`ACTION`, and over those whose role is
+    :data:`CONTEXT` (a zero tensor unless ``with_context``). ``ids`` (B, T) pads with -1 (never a target); the batch
+    (built on the CPU) moves to the model's device. A batch without action targets gives NaN."""
     device = model_device(model)
-    ids, mask = ids.to(device), mask.to(device)
+    ids, roles = ids.to(device), roles.to(device)
     attention = (ids >= 0).long()
     logits = model(input_ids=ids.clamp(min=0), attention_mask=attention, use_cache=False).logits[:, :-1]
-    targets = ids[:, 1:].masked_fill(mask[:, 1:] == 0, -100)
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1), ignore_index=-100)
+    targets, target_roles = ids[:, 1:], roles[:, 1:]
+    if not with_context:
+        action = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(),
+                                 targets.masked_fill(target_roles != ACTION, -100).reshape(-1), ignore_index=-100)
+        return action, action.new_zeros(())
+    per_token = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.clamp(min=0).reshape(-1),
+                                reduction="none").view_as(targets)
+    is_action = target_roles == ACTION
+    is_context = (target_roles == CONTEXT) & (targets >= 0)
+    return (per_token * is_action).sum() / is_action.sum(), (per_token * is_context).sum() / is_context.sum()
 
 
 def warm_start(sft: SFTConfig, env: EnvConfig, seed: int, model: Any, chat: ChatFormat,
@@ -196,7 +218,7 @@ def warm_start(sft: SFTConfig, env: EnvConfig, seed: int, model: Any, chat: Chat
             model, examples, episodes_per_batch=sft.episodes_per_batch, learning_rate=sft.learning_rate,
             warmup_steps=sft.warmup_steps, max_steps=sft.max_steps, loss_threshold=sft.loss_threshold,
             max_time_s=sft.max_time_s, seed=seed, on_step=lambda step, loss: advance(loss=loss),
-            ema_decay=sft.ema_decay, autocast_dtype=autocast_dtype,
+            ema_decay=sft.ema_decay, autocast_dtype=autocast_dtype, context_loss_weight=sft.context_loss_weight,
         )
     result["process_cpu_s"] = time.process_time()
     result["demo_success_rate"] = sum(d.success for d in demos) / max(1, len(demos))
