@@ -184,7 +184,8 @@ def execute(spec: RunSpec, resume: bool, timeout_s: float) -> None:
 def check_same_settings(spec: RunSpec) -> None:
     """Stops ``--resume`` from reading or continuing a run made with other settings than ``spec``'s command (an
     edited recipe, other overrides): the run directory's ``config.json`` must be the config the command loads,
-    except ``output.dir`` (runs of several ``--out`` folders may be linked into one to be tabled together).
+    except ``output.dir`` (runs of several ``--out`` folders may be linked into one to be tabled together); a setting
+    the saved config lacks (written before the setting existed) counts as its default.
 
     Raises:
         SystemExit: naming the run directory and the first setting that differs.
@@ -193,7 +194,8 @@ def check_same_settings(spec: RunSpec) -> None:
         expected = json.loads(json.dumps(to_dict(load_config(spec.recipe, list(spec.overrides)))))
     except (ConfigError, FileNotFoundError, ValueError):
         return  # the command fails by itself and its log says why
-    saved = json.loads((spec.run_dir / "config.json").read_text(encoding="utf-8"))
+    saved = _with_defaults(json.loads((spec.run_dir / "config.json").read_text(encoding="utf-8")),
+                           json.loads(json.dumps(to_dict(load_config(None, [])))))
     for config in (saved, expected):  # where the run was written is not a setting: a run may be moved or linked
         config.get("output", {}).pop("dir", None)
     difference = _first_difference(saved, expected)
@@ -201,6 +203,18 @@ def check_same_settings(spec: RunSpec) -> None:
         key, was, now = difference
         raise SystemExit(f"{spec.run_dir} holds a run with other settings than `{shlex.join(spec.argv)}` ({key}: "
                          f"{was!r} there, {now!r} now); delete it, or run without --resume to start it over")
+
+
+def _with_defaults(saved: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    """``saved`` with the settings it lacks taken from ``defaults``: a run written before a setting existed ran as its
+    default does (a new setting's default keeps the old behaviour), so it is not a run with other settings."""
+    merged = dict(saved)
+    for key, value in defaults.items():
+        if key not in merged:
+            merged[key] = value
+        elif isinstance(merged[key], dict) and isinstance(value, dict):
+            merged[key] = _with_defaults(merged[key], value)
+    return merged
 
 
 def _first_difference(a: Any, b: Any, prefix: str = "") -> tuple[str, Any, Any] | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from pathlib import Path
@@ -163,10 +164,10 @@ class SFTConfig:
     """End the warm start with an exponential moving average of the weights over its steps (Polyak averaging), with
     this decay per optimizer step in (0, 1), e.g. 0.99 (~100 steps); None keeps the last step's weights."""
     context_loss_weight: float = 0.0
-    """Weight (>= 0) of the next-token loss on the demonstrations' context (prompt and observations: questions, tool
-    responses, env messages) added to the actions' loss. 0 trains on the actions only (TRL's ``assistant_only_loss``);
-    above 0 the policy also models the env's text, which holds the patterns an action copies from (a name repeated
-    across a tool response). ``loss_threshold`` and the logged loss stay the actions' loss."""
+    """Weight (finite, >= 0) of the next-token loss on the demonstrations' context (prompt and observations: questions,
+    tool responses, env messages) added to the actions' loss. 0 trains on the actions only (TRL's
+    ``assistant_only_loss=True``); above 0 the policy also models the env's text, which holds the patterns an action
+    copies from (a name repeated across a tool response). ``loss_threshold`` and the logged loss stay the actions'."""
 
 
 @dataclasses.dataclass
@@ -411,8 +412,8 @@ class TrainConfig:
         if not (0.0 <= sft.mistake_rate and 0.0 <= sft.invalid_rate and sft.mistake_rate + sft.invalid_rate < 1.0):
             raise ConfigError(f"sft.mistake_rate and sft.invalid_rate must be >= 0 with a sum below 1, got "
                               f"{sft.mistake_rate} and {sft.invalid_rate}")
-        if not sft.context_loss_weight >= 0.0:
-            raise ConfigError(f"sft.context_loss_weight must be >= 0, got {sft.context_loss_weight}")
+        if not (math.isfinite(sft.context_loss_weight) and sft.context_loss_weight >= 0.0):
+            raise ConfigError(f"sft.context_loss_weight must be finite and >= 0, got {sft.context_loss_weight}")
         if sft.ema_decay is not None and not 0.0 < sft.ema_decay < 1.0:
             raise ConfigError(f"sft.ema_decay must be in (0, 1) or null, got {sft.ema_decay}")
         if sft.invalid_rate > 0 and sft.invalid_actions is None:

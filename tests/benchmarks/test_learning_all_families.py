@@ -250,6 +250,16 @@ def test_resume_refuses_a_run_made_with_other_settings(bench: ModuleType, tmp_pa
     (spec.run_dir / "config.json").write_text(json.dumps(moved))
     bench.execute(spec, resume=True, timeout_s=60)
     assert not (spec.run_dir / "benchmark_run.json").exists()
+    older = bench.to_dict(saved)  # written before sft.context_loss_weight existed: it ran as the default (0) does
+    del older["sft"]["context_loss_weight"]
+    (spec.run_dir / "config.json").write_text(json.dumps(older))
+    bench.execute(spec, resume=True, timeout_s=60)
+    assert not (spec.run_dir / "benchmark_run.json").exists()
+    older["train"]["num_steps"] = 8  # but a saved setting that differs still refuses
+    (spec.run_dir / "config.json").write_text(json.dumps(older))
+    with pytest.raises(SystemExit, match=r"\(train.num_steps: 8 there, 7 now\)"):
+        bench.execute(spec, resume=True, timeout_s=60)
+    (spec.run_dir / "config.json").write_text(json.dumps(bench.to_dict(saved)))
     (other,) = bench.run_specs(bench.parse_args(["--families", "textworld", "--seeds", "2", "--out", str(tmp_path)]))
     now = bench.load_config(spec.recipe, []).train.num_steps  # the recipe's, whatever it is tuned to
     with pytest.raises(SystemExit, match=rf"other settings .*\(train.num_steps: 7 there, {now} now\); delete it"):

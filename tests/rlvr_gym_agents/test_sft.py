@@ -382,6 +382,20 @@ def test_context_loss_weight_trains_the_context_and_reports_the_action_loss(tiny
     with torch.no_grad():
         action, _ = _cross_entropy(model, *batch, with_context=True)
     assert _optimizer_step(model, optimizer, *batch, None, 1.0) == pytest.approx(action.item(), rel=1e-5)
-    with pytest.raises(ValueError, match="context_loss_weight must be >= 0"):
-        behaviour_cloning(model, examples, episodes_per_batch=1, learning_rate=1e-3, warmup_steps=1, max_steps=1,
-                          loss_threshold=0.0, max_time_s=1, context_loss_weight=-0.5)
+    for bad in (-0.5, math.inf):
+        with pytest.raises(ValueError, match="context_loss_weight must be finite and >= 0"):
+            behaviour_cloning(model, examples, episodes_per_batch=1, learning_rate=1e-3, warmup_steps=1, max_steps=1,
+                              loss_threshold=0.0, max_time_s=1, context_loss_weight=bad)
+
+
+def test_a_batch_without_imitated_actions_leaves_the_weights_finite(tiny_model_dir: Path) -> None:
+    """An episode of injected mistakes only has no action target: its loss is NaN, but the step must not write NaN
+    into the weights, with or without the context loss."""
+    _, tokenizer = load_model_and_tokenizer(str(tiny_model_dir))
+    chat = ChatFormat(tokenizer)
+    ids, roles = demonstration_ids(Demonstration(["Say the word: apple", "Wrong."], ["say bread"], [False], False), chat)
+    for weight in (0.0, 1.0):
+        model, _ = load_model_and_tokenizer(str(tiny_model_dir))
+        value = _optimizer_step(model, torch.optim.AdamW(model.parameters(), lr=1e-3), torch.tensor([ids]),
+                                torch.tensor([roles]), None, weight)
+        assert math.isnan(value) and all(torch.isfinite(p).all() for p in model.parameters())

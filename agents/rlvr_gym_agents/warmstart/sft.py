@@ -96,7 +96,8 @@ def behaviour_cloning(model: torch.nn.Module, examples: Sequence[tuple[list[int]
             nats per action token and per context token); the threshold, ``loss`` and its curve are the action loss.
 
     Raises:
-        ValueError: ``curve_every < 1``, ``ema_decay`` outside (0, 1), or ``context_loss_weight < 0``.
+        ValueError: ``curve_every < 1``, ``ema_decay`` outside (0, 1), or ``context_loss_weight`` negative or not
+            finite.
 
     Returns:
         ``{"steps", "loss", "elapsed_s", "tokens_per_s", "stopped_by", "loss_curve", "time_schedule_from_step"}``;
@@ -109,8 +110,8 @@ def behaviour_cloning(model: torch.nn.Module, examples: Sequence[tuple[list[int]
         raise ValueError(f"curve_every must be >= 1, got {curve_every}")
     if ema_decay is not None and not 0.0 < ema_decay < 1.0:
         raise ValueError(f"sft.ema_decay must be in (0, 1) or None, got {ema_decay}")
-    if not context_loss_weight >= 0.0:
-        raise ValueError(f"sft.context_loss_weight must be >= 0, got {context_loss_weight}")
+    if not (math.isfinite(context_loss_weight) and context_loss_weight >= 0.0):
+        raise ValueError(f"sft.context_loss_weight must be finite and >= 0, got {context_loss_weight}")
     average = None if ema_decay is None else AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(ema_decay))
     optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
     batches = _batches(examples, episodes_per_batch, seed)
@@ -188,21 +189,19 @@ def _cross_entropy(model: torch.nn.Module, ids: torch.Tensor, roles: torch.Tenso
                    with_context: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean next-token cross-entropy (nats) over the targets whose role is :data:`ACTION`, and over those whose role is
     :data:`CONTEXT` (a zero tensor unless ``with_context``). ``ids`` (B, T) pads with -1 (never a target); the batch
-    (built on the CPU) moves to the model's device. A batch without action targets gives NaN."""
+    (built on the CPU) moves to the model's device. A batch without action targets (or context targets) gives a NaN
+    loss for them with zero gradients, as ``F.cross_entropy`` does when every target is ignored."""
     device = model_device(model)
     ids, roles = ids.to(device), roles.to(device)
     attention = (ids >= 0).long()
     logits = model(input_ids=ids.clamp(min=0), attention_mask=attention, use_cache=False).logits[:, :-1]
-    targets, target_roles = ids[:, 1:], roles[:, 1:]
+    flat_logits, targets, target_roles = logits.reshape(-1, logits.shape[-1]).float(), ids[:, 1:], roles[:, 1:]
+    action = F.cross_entropy(flat_logits, targets.masked_fill(target_roles != ACTION, -100).reshape(-1),
+                             ignore_index=-100)
     if not with_context:
-        action = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(),
-                                 targets.masked_fill(target_roles != ACTION, -100).reshape(-1), ignore_index=-100)
         return action, action.new_zeros(())
-    per_token = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.clamp(min=0).reshape(-1),
-                                reduction="none").view_as(targets)
-    is_action = target_roles == ACTION
-    is_context = (target_roles == CONTEXT) & (targets >= 0)
-    return (per_token * is_action).sum() / is_action.sum(), (per_token * is_context).sum() / is_context.sum()
+    context_targets = targets.masked_fill((target_roles != CONTEXT) | (targets < 0), -100)
+    return action, F.cross_entropy(flat_logits, context_targets.reshape(-1), ignore_index=-100)
 
 
 def warm_start(sft: SFTConfig, env: EnvConfig, seed: int, model: Any, chat: ChatFormat,
