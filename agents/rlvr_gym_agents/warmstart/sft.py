@@ -190,18 +190,18 @@ def _cross_entropy(model: torch.nn.Module, ids: torch.Tensor, roles: torch.Tenso
     """Mean next-token cross-entropy (nats) over the targets whose role is :data:`ACTION`, and over those whose role is
     :data:`CONTEXT` (a zero tensor unless ``with_context``). ``ids`` (B, T) pads with -1 (never a target); the batch
     (built on the CPU) moves to the model's device. A batch without action targets (or context targets) gives a NaN
-    loss for them with zero gradients, as ``F.cross_entropy`` does when every target is ignored."""
+    loss for them with zero gradients, as ``F.nll_loss`` does when every target is ignored."""
     device = model_device(model)
     ids, roles = ids.to(device), roles.to(device)
     attention = (ids >= 0).long()
     logits = model(input_ids=ids.clamp(min=0), attention_mask=attention, use_cache=False).logits[:, :-1]
-    flat_logits, targets, target_roles = logits.reshape(-1, logits.shape[-1]).float(), ids[:, 1:], roles[:, 1:]
-    action = F.cross_entropy(flat_logits, targets.masked_fill(target_roles != ACTION, -100).reshape(-1),
-                             ignore_index=-100)
+    logprobs = F.log_softmax(logits.reshape(-1, logits.shape[-1]).float(), dim=-1)  # once for both losses
+    targets, target_roles = ids[:, 1:], roles[:, 1:]
+    action = F.nll_loss(logprobs, targets.masked_fill(target_roles != ACTION, -100).reshape(-1), ignore_index=-100)
     if not with_context:
         return action, action.new_zeros(())
     context_targets = targets.masked_fill((target_roles != CONTEXT) | (targets < 0), -100)
-    return action, F.cross_entropy(flat_logits, context_targets.reshape(-1), ignore_index=-100)
+    return action, F.nll_loss(logprobs, context_targets.reshape(-1), ignore_index=-100)
 
 
 def warm_start(sft: SFTConfig, env: EnvConfig, seed: int, model: Any, chat: ChatFormat,
