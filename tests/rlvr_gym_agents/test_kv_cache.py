@@ -1,5 +1,5 @@
-"""GrowableLayer / GrowableCache: in-place appends with spare slots, behaving like transformers' DynamicLayer; first
-contexts that are identical or share a long prefix are prefilled once."""
+"""GrowableLayer / GrowableCache: in-place appends with spare slots, behaving like transformers' DynamicLayer; merged
+states keep spare slots; first contexts that are identical or share a long prefix are prefilled once."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import copy
 
 import pytest
 import torch
+import torch.nn.functional as F
 from rlvr_gym_agents.policy import SamplingParams, TransformersPolicy
-from rlvr_gym_agents.policy.kv import MIN_CAPACITY, GrowableCache, GrowableLayer
+from rlvr_gym_agents.policy.kv import MIN_CAPACITY, GrowableCache, GrowableLayer, KVState, RewindInfo, merge_kv_states
 from rlvr_gym_agents.policy.transformers import MIN_SHARED_PREFILL, shared_prefixes
 
 
@@ -114,3 +115,57 @@ def test_first_contexts_sharing_a_long_prefix_prefill_it_once(tiny_policy: Trans
         assert got.token_ids == alone[0].token_ids
         assert got.logps == pytest.approx(alone[0].logps, abs=1e-5)
     assert state.context_lengths() == [len(c) + len(g.token_ids) for c, g in zip(contexts, grouped)]
+
+
+def _state(lengths: list[int], fill: float) -> KVState:
+    """A one-layer growable state with a row per length (each row's real slots filled with ``fill``)."""
+    width = max(lengths)
+    cache = GrowableCache()
+    cache.layers = [GrowableLayer()]
+    cache.layers[0].update(_slots(width, fill)[:1].expand(len(lengths), -1, -1, -1).clone(),
+                           _slots(width, -fill)[:1].expand(len(lengths), -1, -1, -1).clone())
+    mask = torch.tensor([[1] * n + [0] * (width - n) for n in lengths])
+    return KVState(cache, mask, torch.tensor(lengths), [[7] for _ in lengths])
+
+
+def test_merged_states_are_padded_with_zero_holes_and_get_spare_slots() -> None:
+    a, b = _state([5, 3], 1.0), _state([2], 50.0)
+    merged = merge_kv_states([a, b])
+    layer = merged.cache.layers[0]
+    assert layer.keys.shape == (3, 3, 5, 4)
+    assert torch.equal(layer.keys[:2], a.cache.layers[0].keys)
+    assert torch.equal(layer.keys[2, :, :2], b.cache.layers[0].keys[0]) and not layer.keys[2, :, 2:].any()
+    assert torch.equal(layer.values[2, :, :2], b.cache.layers[0].values[0]) and not layer.values[2, :, 2:].any()
+    assert merged.attention_mask.tolist() == [[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 1, 0, 0, 0]]
+    assert merged.next_position.tolist() == [5, 3, 2] and merged.pending == [[7], [7], [7]]
+    buffer = layer._key_buffer
+    assert buffer.shape[2] == MIN_CAPACITY  # spare slots, as if the layer had grown
+    keys, _ = layer.update(torch.ones(3, 3, 2, 4), torch.ones(3, 3, 2, 4))
+    assert layer._key_buffer is buffer and keys.shape[2] == 7  # appended in place, no copy of the cache
+    assert torch.equal(keys[:, :, :5], torch.cat([a.cache.layers[0].keys, F.pad(b.cache.layers[0].keys, (0, 0, 0, 3))]))
+    assert torch.equal(a.cache.layers[0].keys, _state([5, 3], 1.0).cache.layers[0].keys)  # the parts are untouched
+
+
+def test_selected_rows_are_copied_once_into_buffers_with_spare_slots() -> None:
+    layer = GrowableLayer()
+    layer.update(_slots(5, 0.0), _slots(5, 1.0) * torch.tensor([1.0, -1.0])[:, None, None, None])
+    keys, values = layer.keys.clone(), layer.values.clone()
+    layer.batch_select_indices(torch.tensor([1, 1, 0]))  # repeats: two children of row 1
+    assert torch.equal(layer.keys, keys[[1, 1, 0]]) and torch.equal(layer.values, values[[1, 1, 0]])
+    buffer = layer._key_buffer
+    assert buffer.shape[2] == MIN_CAPACITY
+    new_keys, _ = layer.update(torch.full((3, 3, 1, 4), 9.0), torch.full((3, 3, 1, 4), 9.0))
+    assert layer._key_buffer is buffer and torch.equal(new_keys[:, :, 5], torch.full((3, 3, 4), 9.0))
+
+
+def test_mask_row_rewinds_a_row_of_a_batch_to_the_context_apply_crops_to() -> None:
+    state = _state([5, 4], 1.0)
+    rewind = RewindInfo(num_slots=3, next_position={10: 2, 11: 3}, pending={10: [4], 11: [5]})
+    batch = state.select([0, 1])
+    rewind.mask_row(batch, 0, 10)
+    assert batch.attention_mask.tolist() == [[1, 1, 1, 0, 0], [1, 1, 1, 1, 0]]  # row 1 is not touched
+    assert batch.next_position.tolist() == [2, 4] and batch.pending == [[4], [7]]
+    assert state.attention_mask.tolist() == [[1, 1, 1, 1, 1], [1, 1, 1, 1, 0]]  # nor is the state it was selected from
+    cropped = rewind.apply(state.select([0]), 10)
+    assert cropped.attention_mask.tolist() == [[1, 1, 1]] and cropped.next_position.tolist() == [2]
+    assert torch.equal(cropped.cache.layers[0].keys, batch.cache.layers[0].keys[:1, :, :3])

@@ -6,8 +6,8 @@
 - :class:`KVState`: the cache of a batch of rows with the holes left by left-padding, explicit position ids and the
   ids sampled but not yet run. ``state.select([0, 0, 1])`` copies rows (branching from a prefix).
 - :class:`RewindInfo` / :func:`merge_kv_states`: tree rollouts rewind a row to a turn boundary by dropping the
-  slots added since a snapshot, and stack rows of several states padding shorter caches with hole slots
-  (positions are explicit, so a hole changes nothing a row attends to).
+  slots added since a snapshot (or masking them as holes, in a batch), and stack rows of several states padding
+  shorter caches with hole slots (positions are explicit, so a hole changes nothing a row attends to).
 """
 
 from __future__ import annotations
@@ -92,6 +92,23 @@ class GrowableLayer(DynamicLayer):
             assert old_keys is not None and old_values is not None
             self._key_buffer[..., : self._length, :] = old_keys
             self._value_buffer[..., : self._length, :] = old_values
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        """Keeps the rows ``indices`` (repeats allowed: branching), each copied once into new buffers with spare slots
+        (capacity doubled, as after a grow), so the next update appends without another copy of the cache."""
+        keys, values = self.keys, self.values
+        if keys is None or values is None or keys.dim() != 4 or self._length == 0:
+            return
+        capacity = max(2 * self._length, MIN_CAPACITY)
+        key_buffer = keys.new_empty(len(indices), keys.shape[1], capacity, keys.shape[3])
+        value_buffer = values.new_empty(len(indices), values.shape[1], capacity, values.shape[3])
+        torch.index_select(keys, 0, indices, out=key_buffer[..., : self._length, :])
+        torch.index_select(values, 0, indices, out=value_buffer[..., : self._length, :])
+        self.set_buffers(key_buffer, value_buffer, self._length)
+
+    def set_buffers(self, key_buffer: torch.Tensor, value_buffer: torch.Tensor, length: int) -> None:
+        """Makes (B, heads, capacity, head_dim) tensors the buffers, their first ``length`` slots the filled ones."""
+        self._key_buffer, self._value_buffer, self._length = key_buffer, value_buffer, length
 
     def __copy__(self) -> GrowableLayer:
         twin = GrowableLayer.__new__(GrowableLayer)
@@ -209,11 +226,21 @@ class RewindInfo:
         row_state.pending = [list(self.pending[path_id])]
         return row_state
 
+    def mask_row(self, state: KVState, row: int, path_id: int) -> None:
+        """Rewinds ``row`` of ``state`` (a copy made by ``select``) in place by turning the slots added since the
+        snapshot into holes: the same context as :meth:`apply`, without cropping it out of the batch (the merge
+        after a crop pads a short row back to the batch's width with holes anyway)."""
+        state.attention_mask[row, self.num_slots:] = 0
+        state.next_position[row] = self.next_position[path_id]
+        state.pending[row] = list(self.pending[path_id])
+
 
 def merge_kv_states(states: Sequence[KVState]) -> KVState:
     """Stacks the rows of several KV states; shorter caches get hole slots (attention mask 0) at the end.
 
-    Positions are explicit in :class:`KVState`, so a hole changes nothing a row attends to.
+    Positions are explicit in :class:`KVState`, so a hole changes nothing a row attends to. Each layer's rows are
+    written once into one new buffer; a :class:`GrowableLayer` gets spare slots there as if it had grown (the next
+    round appends without another copy of the whole cache).
 
     Raises:
         TypeError: a cache layer has no ``keys``/``values`` tensors (not a transformers DynamicCache).
@@ -229,8 +256,14 @@ def merge_kv_states(states: Sequence[KVState]) -> KVState:
         if not hasattr(layer, "keys"):
             raise TypeError(f"cannot merge cache layer {type(layer).__name__}: no keys/values tensors")
         merged = copy.copy(layer)
-        merged.keys = torch.cat([_pad_slots(s.cache.layers[index].keys, width) for s in states])
-        merged.values = torch.cat([_pad_slots(s.cache.layers[index].values, width) for s in states])
+        growable = isinstance(merged, GrowableLayer)
+        capacity = max(2 * width, MIN_CAPACITY) if growable else width
+        keys = _stack_slots([s.cache.layers[index].keys for s in states], width, capacity)
+        values = _stack_slots([s.cache.layers[index].values for s in states], width, capacity)
+        if growable:
+            merged.set_buffers(keys, values, width)
+        else:
+            merged.keys, merged.values = keys, values
         cache.layers.append(merged)
     mask = torch.cat([F.pad(s.attention_mask, (0, width - s.attention_mask.shape[1])) for s in states])
     return KVState(
@@ -238,6 +271,16 @@ def merge_kv_states(states: Sequence[KVState]) -> KVState:
     )
 
 
-def _pad_slots(tensor: torch.Tensor, width: int) -> torch.Tensor:
-    """Right-pads the slot dimension (-2) of a (B, heads, L, head_dim) cache tensor with zeros."""
-    return F.pad(tensor, (0, 0, 0, width - tensor.shape[-2]))
+def _stack_slots(tensors: Sequence[torch.Tensor], width: int, capacity: int) -> torch.Tensor:
+    """Stacks (B_i, heads, L_i, head_dim) cache tensors into one (sum B_i, heads, capacity, head_dim) buffer: slots
+    ``L_i:width`` of each part are zeros (holes must hold finite values: attention masks them by adding -inf), slots
+    after ``width`` are left unwritten (spare)."""
+    first = tensors[0]
+    out = first.new_empty(sum(t.shape[0] for t in tensors), first.shape[1], capacity, first.shape[-1])
+    row = 0
+    for tensor in tensors:
+        rows, filled = tensor.shape[0], tensor.shape[-2]
+        out[row:row + rows, :, :filled] = tensor
+        out[row:row + rows, :, filled:width] = 0
+        row += rows
+    return out

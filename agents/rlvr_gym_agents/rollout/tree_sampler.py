@@ -22,7 +22,8 @@ Per task the sampler grows a :class:`~rlvr_gym_agents.rollout.tree.RolloutTree` 
 Envs with ``supports_fork = False`` branch only at the root: all ``n`` leaves are global samples.
 
 The KV cache of :class:`~rlvr_gym_agents.policy.TransformersPolicy` is reused across turns and branches
-(rows are rewound by cropping the slots added in the round and merged with hole padding); with
+(a child's copy of its parent's row is rewound by masking the slots added in the round as holes; rows joining
+later are cropped and merged with hole padding); with
 ``reuse_kv_cache=False`` (or a policy without :class:`KVState`) every call passes the full context.
 """
 
@@ -511,23 +512,24 @@ class _KVRows:
         return [out[p.path_id] for p in running]
 
     def rebuild(self, running: list[_Path], children: list[tuple[_Path, int]]) -> None:
-        """The next round's state: the surviving running rows, then each warm child's copy of its parent's row
-        rewound to the branch boundary (a fresh parent's child is fresh too and feeds its full context)."""
+        """The next round's state, selected in one copy: the surviving running rows, then each warm child's copy of
+        its parent's row rewound to the branch boundary by masking the round's slots (a fresh parent's child is
+        fresh too and feeds its full context)."""
         post_state = self.post_state
         if post_state is None:
             return
-        keep = [row for row, p in enumerate(running) if not p.done]
         for row, path in enumerate(running):
             if path.done and self.keeps_row(path):  # for fallback branches at its boundaries
                 self.finished.setdefault(path.task_index, {})[path.path_id] = post_state.select([row])
-        survivors = post_state if keep == list(range(len(running))) and not children else post_state.select(keep)
-        parts = [survivors] if keep else []
-        rows = [running[row].path_id for row in keep]
-        for child, row in children:
-            if child.fresh:
-                continue
-            assert self.rewind is not None  # a warm child's parent was a warm row of this round
-            parts.append(self.rewind.apply(post_state.select([row]), running[row].path_id))
-            rows.append(child.path_id)
-        self.state = merge_kv_states(parts) if parts else None
-        self.rows, self.post_state = rows, None
+        keep = [row for row, p in enumerate(running) if not p.done]
+        warm_children = [(child, row) for child, row in children if not child.fresh]
+        rows = keep + [row for _, row in warm_children]
+        self.rows = [running[row].path_id for row in keep] + [child.path_id for child, _ in warm_children]
+        if not rows:
+            self.state = None
+        else:
+            self.state = post_state if rows == list(range(len(running))) else post_state.select(rows)
+            for index, (_, row) in enumerate(warm_children, start=len(keep)):
+                assert self.rewind is not None  # a warm child's parent was a warm row of this round
+                self.rewind.mask_row(self.state, index, running[row].path_id)
+        self.post_state = None
