@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 import rlvr_gym.registry
+from rlvr_gym import FailureKind
 from rlvr_gym.tracking import TRACKERS
 from rlvr_gym_agents.credit import check_credit
 from rlvr_gym_agents.credit.estimators import GiGPOConfig
@@ -222,10 +223,13 @@ class AlgorithmConfig:
     drop_zero_variance_groups: bool = True
     """Skip groups whose rewards are all equal (zero advantage; DAPO dynamic sampling)."""
     invalid_action_penalty: float = 0.0
-    """Subtracted from an episode's return per turn whose action the env rejected (``parse_error`` or
-    ``invalid_action`` failure), as verl-agent's invalid-action penalty; with every credit mode, flat or tree
-    (there it lowers the step reward of the rejected turn's node, so tree values and GiGPO step returns see
-    it too). Failing episodes then differ, so all-failure groups carry signal instead of being dropped."""
+    """Subtracted from an episode's return per turn that failed with a kind in ``penalized_failures`` (by default
+    the turns whose action the env rejected), as verl-agent's invalid-action penalty; with every credit mode, flat
+    or tree (there it lowers the step reward of the penalised turn's node, so tree values and GiGPO step returns
+    see it too). Failing episodes then differ, so all-failure groups carry signal instead of being dropped."""
+    penalized_failures: tuple[str, ...] = ("parse_error", "invalid_action")
+    """The failure kinds (``rlvr_gym.FailureKind`` values) that ``invalid_action_penalty`` applies to. Add
+    ``tool_error`` to also penalise calls the env accepted but the tool refused (an entity that does not exist)."""
     epochs: int = 2
     """Passes over each batch of rollouts."""
     num_minibatches: int = 2
@@ -473,8 +477,13 @@ class TrainConfig:
             check_credit(self.algorithm.credit, self.rollout.sampler)
         except ValueError as error:
             raise ConfigError(str(error)) from None
-        if self.algorithm.invalid_action_penalty < 0:
-            raise ConfigError(f"algorithm.invalid_action_penalty must be >= 0, got {self.algorithm.invalid_action_penalty}")
+        if not (math.isfinite(self.algorithm.invalid_action_penalty) and self.algorithm.invalid_action_penalty >= 0):
+            raise ConfigError(f"algorithm.invalid_action_penalty must be finite and >= 0, got "
+                              f"{self.algorithm.invalid_action_penalty}")
+        kinds = sorted(kind.value for kind in FailureKind)
+        unknown = [k for k in self.algorithm.penalized_failures if k not in kinds]
+        if unknown:
+            raise ConfigError(f"algorithm.penalized_failures: unknown failure kind(s) {unknown}; choose from {kinds}")
         if self.algorithm.tree_baseline not in ("mean", "loo"):
             raise ConfigError(f"algorithm.tree_baseline must be mean or loo, got {self.algorithm.tree_baseline!r}")
         gigpo = self.algorithm.gigpo

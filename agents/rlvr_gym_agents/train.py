@@ -43,11 +43,12 @@ import numpy as np
 import torch
 
 import rlvr_gym
-from rlvr_gym import Env, Task, load_suite, spec
+from rlvr_gym import Env, FailureKind, Task, load_suite, spec
 from rlvr_gym_agents.cluster.rollout_workers import AsyncRollouts, RolloutWorkers, remote_sampler
 from rlvr_gym_agents.config import TrainConfig, TrainLoopConfig, to_dict
 from rlvr_gym_agents.console import Console
 from rlvr_gym_agents.credit import CreditConfig, assign_credit, informative_groups, sibling_advantage_metrics
+from rlvr_gym_agents.credit.rewards import Penalty
 from rlvr_gym_agents.evaluate import evaluate_both
 from rlvr_gym_agents.policy import Policy, SamplingParams, TransformersPolicy
 from rlvr_gym_agents.policy.chat import ChatFormat
@@ -357,8 +358,9 @@ def build_sampler(config: TrainConfig, policy: Policy, chat: ChatFormat,
 def credit_config(config: TrainConfig) -> CreditConfig:
     """The credit stage's settings from the recipe's ``algorithm`` section."""
     algorithm = config.algorithm
-    return CreditConfig(algorithm.credit, algorithm.estimator, algorithm.gigpo, algorithm.invalid_action_penalty,
-                        algorithm.tree_baseline, algorithm.dedup_shared_prefix)
+    penalty = Penalty(algorithm.invalid_action_penalty, frozenset(FailureKind(k) for k in algorithm.penalized_failures))
+    return CreditConfig(algorithm.credit, algorithm.estimator, algorithm.gigpo, penalty, algorithm.tree_baseline,
+                        algorithm.dedup_shared_prefix)
 
 
 def update_config(config: TrainConfig) -> UpdateConfig:

@@ -35,14 +35,15 @@ def collect_rollouts(config, policy, chat, tasks, sampling, step, env_factory=No
 
 
 def tree_token_advantages(tree, mode="soft", estimator="grpo", gamma=0.95, omega=1.0, std_norm=False,  # type: ignore[no-untyped-def]
-                          invalid_action_penalty=0.0, dedup=False):
+                          penalty=None, dedup=False):
     """One row per leaf of ``tree`` from the credit registry (the rows a one-tree batch gets, uncropped)."""
     from rlvr_gym_agents.credit import CREDIT, CreditConfig, check_credit
     from rlvr_gym_agents.credit.estimators import GiGPOConfig
+    from rlvr_gym_agents.credit.rewards import Penalty
     from rlvr_gym_agents.rollout.types import RolloutBatch
 
     check_credit(mode, "tree")
-    config = CreditConfig(mode, estimator, GiGPOConfig(gamma, omega, std_norm), invalid_action_penalty,
+    config = CreditConfig(mode, estimator, GiGPOConfig(gamma, omega, std_norm), penalty or Penalty(),
                           dedup_shared_prefix=dedup)
     return CREDIT[mode].fn(RolloutBatch(tree.trajectories(), [tree]), config)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from rlvr_gym_agents.config import ConfigError, load_config
-from rlvr_gym_agents.credit.rewards import episode_return
+from rlvr_gym_agents.credit.rewards import Penalty, episode_return
 from rlvr_gym_agents.credit.turns import anchor_key, gigpo_token_advantages
 from rlvr_gym_agents.policy import SamplingParams, TransformersPolicy
 from rlvr_gym_agents.policy.chat import ChatFormat
@@ -37,7 +37,7 @@ def _two_episodes() -> list[Trajectory]:
 
 
 def test_gigpo_token_advantages_hand_computed() -> None:
-    rows = gigpo_token_advantages(_two_episodes(), gamma=0.5, omega=1.0, invalid_action_penalty=0.1)
+    rows = gigpo_token_advantages(_two_episodes(), gamma=0.5, omega=1.0, penalty=Penalty(0.1))
     # step rewards A: (0, 1), B: (-0.1, 0). Episode returns 1 and -0.1, mean 0.45: A^E = +0.55 / -0.55.
     # returns-to-go (gamma 0.5) A: (0.5, 1), B: (-0.1, 0). Anchor s0 holds A0, B0, B1: mean 0.4/3;
     # A^S = 0.5 - 0.13333, -0.1 - 0.13333, 0 - 0.13333; s1 holds A1 alone: 0.
@@ -66,7 +66,7 @@ def test_groups_never_share_anchors() -> None:
 def test_anchor_falls_back_to_the_observation_text() -> None:
     assert anchor_key(_turn("k", 0, obs="Nothing happens.")) == ("state", "k")
     assert anchor_key(_turn(None, 0, obs="Nothing happens.")) == ("observation", "Nothing happens.")
-    assert episode_return(_two_episodes()[1], 1.0) == _two_episodes()[1].reward - 1.0
+    assert episode_return(_two_episodes()[1], Penalty(1.0)) == _two_episodes()[1].reward - 1.0
     assert gigpo_token_advantages([Trajectory("t", "e", token_ids=[1, 2])])[0].tolist() == [0.0, 0.0]
 
 

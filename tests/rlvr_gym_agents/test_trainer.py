@@ -218,13 +218,13 @@ def _rejected_trajectory(kinds: list[str | None]) -> Trajectory:
 
 def test_invalid_action_penalty_gives_all_failure_groups_a_signal(monkeypatch: pytest.MonkeyPatch,
                                                                    tiny_policy: TransformersPolicy) -> None:
-    from rlvr_gym_agents.credit.rewards import episode_return
+    from rlvr_gym_agents.credit.rewards import Penalty, episode_return
     from rlvr_gym_agents.rollout import flat
 
     # one group of two failed episodes: two rejected turns (a parse error, an invalid action) vs none
     # (a turn limit is not a rejection)
     batch = [_rejected_trajectory(["parse_error", None, "invalid_action"]), _rejected_trajectory([None, "turn_limit"])]
-    assert [episode_return(t, 1.0) for t in batch] == [-2.0, 0.0]
+    assert [episode_return(t, Penalty(1.0)) for t in batch] == [-2.0, 0.0]
     monkeypatch.setattr(flat, "run_episodes", lambda *args, **kwargs: batch)
     chat = ChatFormat(tiny_policy.tokenizer)
     plain = collect_rollouts(load_config(None, ["train.group_size=2"]), tiny_policy, chat, echo_tasks(1),
@@ -240,6 +240,25 @@ def test_invalid_action_penalty_gives_all_failure_groups_a_signal(monkeypatch: p
         load_config(None, ["algorithm.invalid_action_penalty=-1"])
     # the tree sampler takes it too (tree credit: tests/rlvr_gym_agents/test_tree.py)
     assert load_config(None, ["rollout.sampler=tree", "algorithm.invalid_action_penalty=0.1"]).algorithm.invalid_action_penalty == 0.1
+
+
+def test_penalized_failures_choose_the_kinds_the_penalty_applies_to() -> None:
+    from rlvr_gym_agents.credit.rewards import episode_return
+    from rlvr_gym_agents.train import credit_config
+
+    batch = [_rejected_trajectory(["tool_error", "parse_error", None]), _rejected_trajectory(["invalid_action"])]
+    default = credit_config(load_config(None, ["algorithm.invalid_action_penalty=0.25"])).penalty
+    assert [episode_return(t, default) for t in batch] == [-0.25, -0.25]  # a tool error is not a rejection
+    tools = credit_config(load_config(None, ["algorithm.invalid_action_penalty=0.25",
+                                             "algorithm.penalized_failures=[parse_error, invalid_action, tool_error]"]))
+    assert [episode_return(t, tools.penalty) for t in batch] == [-0.5, -0.25]
+    only_tools = credit_config(load_config(None, ["algorithm.invalid_action_penalty=0.25",
+                                                  "algorithm.penalized_failures=tool_error"]))
+    assert [episode_return(t, only_tools.penalty) for t in batch] == [-0.25, 0.0]
+    with pytest.raises(ConfigError, match=r"unknown failure kind\(s\) \['tool_eror'\]; choose from .*'tool_error'"):
+        load_config(None, ["algorithm.penalized_failures=[tool_eror]"])
+    with pytest.raises(ConfigError, match="finite and >= 0"):
+        load_config(None, ["algorithm.invalid_action_penalty=.inf"])
 
 
 def test_the_warm_start_under_mixed_precision_learns_as_fp32_does(tiny_model_dir: Path, tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ import pytest
 import torch
 from agent_helpers import collect_rollouts, tree_token_advantages
 from rlvr_gym_agents.config import load_config
+from rlvr_gym_agents.credit.rewards import Penalty
 from rlvr_gym_agents.credit.tree import leaf_returns
 from rlvr_gym_agents.policy import SamplingParams, TransformersPolicy
 from rlvr_gym_agents.policy.chat import ChatFormat
@@ -96,11 +97,12 @@ def _tree_with_rejected_leaf() -> RolloutTree:
 def test_invalid_action_penalty_lowers_the_rejected_turns_return() -> None:
     tree = _tree_with_rejected_leaf()
     assert leaf_returns(tree) == {2: 1.0, 3: 0.0, 4: 0.0}
-    assert leaf_returns(tree, 0.5) == {2: 1.0, 3: -0.5, 4: 0.0}
+    assert leaf_returns(tree, Penalty(0.5)) == {2: 1.0, 3: -0.5, 4: 0.0}
+    assert leaf_returns(tree, Penalty(0.5, frozenset({FailureKind.TOOL_ERROR}))) == {2: 1.0, 3: 0.0, 4: 0.0}
     assert tree.trajectory(3).reward == 0.0  # the trajectory keeps the env's reward; only credit sees the penalty
     # soft, mean-centred: returns [1, -0.5, 0], mean 1/6
     a, b, c = 5 / 6, -2 / 3, -1 / 6
-    rows = tree_token_advantages(tree, "soft", estimator="drgrpo", invalid_action_penalty=0.5)
+    rows = tree_token_advantages(tree, "soft", estimator="drgrpo", penalty=Penalty(0.5))
     torch.testing.assert_close(rows[0], torch.tensor([0, 0, a, a, a, a]))
     torch.testing.assert_close(rows[1], torch.tensor([0, 0, b, b, b, b, b]))
     torch.testing.assert_close(rows[2], torch.tensor([0, 0, c]))
@@ -109,7 +111,7 @@ def test_invalid_action_penalty_lowers_the_rejected_turns_return() -> None:
 def test_invalid_action_penalty_enters_gigpo_step_returns() -> None:
     # episode advantages [5/6, -2/3, -1/6] (as above); anchor 0 returns-to-go [1, -0.5, 0] -> the same;
     # anchor 1 (node 1) returns [1, -0.5] -> [+0.75, -0.75]
-    rows = tree_token_advantages(_tree_with_rejected_leaf(), "gigpo", gamma=1.0, omega=1.0, invalid_action_penalty=0.5)
+    rows = tree_token_advantages(_tree_with_rejected_leaf(), "gigpo", gamma=1.0, omega=1.0, penalty=Penalty(0.5))
     torch.testing.assert_close(rows[0], torch.tensor([0, 0, 5 / 3, 5 / 3, 5 / 3, 19 / 12]))
     torch.testing.assert_close(rows[1], torch.tensor([0, 0, -4 / 3, -4 / 3, -4 / 3, -17 / 12, -17 / 12]))
     torch.testing.assert_close(rows[2], torch.tensor([0, 0, -1 / 3]))

@@ -11,7 +11,7 @@ advantages, (B, T) right-padded with 0. Methods:
 - ``treepo``: TreePO's per-leaf advantages over a tree's ancestors.
 
 Every method reads step rewards through :func:`rlvr_gym_agents.credit.rewards.turn_reward`, so the
-invalid-action penalty is applied once. :func:`check_credit` is the one validity check (a tree-only method needs
+per-turn penalty is applied once. :func:`check_credit` is the one validity check (a tree-only method needs
 the tree sampler).
 """
 
@@ -26,7 +26,7 @@ from torch.nn.utils.rnn import pad_sequence
 
 from rlvr_gym_agents.credit import tree as tree_credit
 from rlvr_gym_agents.credit.estimators import GiGPOConfig, group_advantages, nonzero_variance_groups
-from rlvr_gym_agents.credit.rewards import episode_return
+from rlvr_gym_agents.credit.rewards import Penalty, episode_return
 from rlvr_gym_agents.credit.turns import gigpo_token_advantages
 from rlvr_gym_agents.rollout.types import RolloutBatch
 
@@ -41,8 +41,8 @@ class CreditConfig:
     """The group estimator of ``soft``: grpo, drgrpo or rloo."""
     gigpo: GiGPOConfig = dataclasses.field(default_factory=GiGPOConfig)
     """GiGPO's step discount, step weight and normalisation."""
-    invalid_action_penalty: float = 0.0
-    """Subtracted from the step reward of every turn the env rejected (>= 0)."""
+    penalty: Penalty = dataclasses.field(default_factory=Penalty)
+    """What a turn loses from its step reward when it failed with a penalised kind (default: none)."""
     tree_baseline: str = "mean"
     """Baseline of the local term of the tree value modes: ``mean`` (V(parent), TreeRL) or ``loo`` (the parent's
     other leaves, unbiased)."""
@@ -70,7 +70,7 @@ def _soft(batch: RolloutBatch, config: CreditConfig) -> list[Tensor]:
 
 
 def _gigpo(batch: RolloutBatch, config: CreditConfig) -> list[Tensor]:
-    g, penalty = config.gigpo, config.invalid_action_penalty
+    g, penalty = config.gigpo, config.penalty
     if batch.trees is not None:
         return [row for tree in batch.trees
                 for row in tree_credit.gigpo_rows(tree, g.gamma, g.omega, g.std_norm, penalty)]
@@ -80,14 +80,14 @@ def _gigpo(batch: RolloutBatch, config: CreditConfig) -> list[Tensor]:
 def _node_values(mode: str) -> Callable[[RolloutBatch, CreditConfig], list[Tensor]]:
     def fn(batch: RolloutBatch, config: CreditConfig) -> list[Tensor]:
         return [row for tree in batch.trees or []
-                for row in tree_credit.node_value_rows(tree, mode, config.invalid_action_penalty,
+                for row in tree_credit.node_value_rows(tree, mode, config.penalty,
                                                        config.tree_baseline, config.dedup_shared_prefix)]
     return fn
 
 
 def _treepo(batch: RolloutBatch, config: CreditConfig) -> list[Tensor]:
     return [row for tree in batch.trees or []
-            for row in tree_credit.treepo_rows(tree, config.invalid_action_penalty, config.dedup_shared_prefix)]
+            for row in tree_credit.treepo_rows(tree, config.penalty, config.dedup_shared_prefix)]
 
 
 CREDIT: dict[str, CreditMethod] = {
@@ -114,8 +114,8 @@ def check_credit(name: str, sampler: str) -> None:
 
 
 def episode_returns(batch: RolloutBatch, config: CreditConfig) -> Tensor:
-    """(B,) float32 episode returns less the invalid-action penalty: what groups are compared on."""
-    return torch.tensor([episode_return(t, config.invalid_action_penalty) for t in batch.trajectories],
+    """(B,) float32 episode returns less the per-turn penalty: what groups are compared on."""
+    return torch.tensor([episode_return(t, config.penalty) for t in batch.trajectories],
                         dtype=torch.float32)
 
 

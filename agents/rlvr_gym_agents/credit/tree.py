@@ -2,7 +2,7 @@
 
 Each function returns one float32 row per leaf (in :meth:`RolloutTree.leaves` order) as long as the leaf's path of
 segments (the root's prompt ids get 0; observation ids carry their segment's value but the loss mask drops
-them). Step rewards come from :func:`rlvr_gym_agents.credit.rewards.turn_reward` (the invalid-action penalty).
+them). Step rewards come from :func:`rlvr_gym_agents.credit.rewards.turn_reward` (less the per-turn penalty).
 The node-value math is :mod:`rlvr_gym_agents.credit.tree_values` (pure functions of ``parents`` and leaf rewards).
 """
 
@@ -15,17 +15,17 @@ from torch import Tensor
 
 from rlvr_gym_agents.credit import tree_values
 from rlvr_gym_agents.credit.estimators import gigpo_advantages
-from rlvr_gym_agents.credit.rewards import turn_reward
+from rlvr_gym_agents.credit.rewards import NO_PENALTY, Penalty, turn_reward
 from rlvr_gym_agents.rollout.tree import RolloutTree
 
 
-def leaf_returns(tree: RolloutTree, invalid_action_penalty: float = 0.0) -> dict[int, float]:
-    """{leaf: episode return}: the sum of the path's step rewards, each rejected turn less the penalty."""
-    return {leaf: sum(turn_reward(tree.nodes[n].turn, invalid_action_penalty) for n in tree.path(leaf))
+def leaf_returns(tree: RolloutTree, penalty: Penalty = NO_PENALTY) -> dict[int, float]:
+    """{leaf: episode return}: the sum of the path's step rewards, each penalised turn less the penalty."""
+    return {leaf: sum(turn_reward(tree.nodes[n].turn, penalty) for n in tree.path(leaf))
             for leaf in tree.leaves()}
 
 
-def node_value_rows(tree: RolloutTree, mode: str, invalid_action_penalty: float = 0.0, baseline: str = "mean",
+def node_value_rows(tree: RolloutTree, mode: str, penalty: Penalty = NO_PENALTY, baseline: str = "mean",
                     dedup: bool = False) -> list[Tensor]:
     """Per-segment credit ("treerl", "local", "global", "arpo_hard"; :func:`tree_values.node_advantages`), every
     token of a segment getting its node's advantage; ``dedup`` scales a segment shared by d leaf rows by 1/d.
@@ -33,15 +33,15 @@ def node_value_rows(tree: RolloutTree, mode: str, invalid_action_penalty: float 
     Raises:
         ValueError: an unknown mode or baseline.
     """
-    node_adv = tree_values.node_advantages(tree.parents, leaf_returns(tree, invalid_action_penalty), mode,
+    node_adv = tree_values.node_advantages(tree.parents, leaf_returns(tree, penalty), mode,
                                            baseline=baseline)
     rows = tree_values.leaf_token_advantages(tree.parents, node_adv, _lengths(tree), dedup)
     return [rows[leaf] for leaf in tree.leaves()]
 
 
-def treepo_rows(tree: RolloutTree, invalid_action_penalty: float = 0.0, dedup: bool = False) -> list[Tensor]:
+def treepo_rows(tree: RolloutTree, penalty: Penalty = NO_PENALTY, dedup: bool = False) -> list[Tensor]:
     """TreePO's per-leaf advantages (:func:`tree_values.treepo_leaf_advantages`) on every token of the leaf's row."""
-    per_leaf = tree_values.treepo_leaf_advantages(tree.parents, leaf_returns(tree, invalid_action_penalty))
+    per_leaf = tree_values.treepo_leaf_advantages(tree.parents, leaf_returns(tree, penalty))
     weights = tree_values.per_row_node_weights(tree.parents, dedup)
     lengths = _lengths(tree)
     rows = []
@@ -53,13 +53,13 @@ def treepo_rows(tree: RolloutTree, invalid_action_penalty: float = 0.0, dedup: b
 
 
 def gigpo_rows(tree: RolloutTree, gamma: float, omega: float, std_norm: bool,
-               invalid_action_penalty: float = 0.0) -> list[Tensor]:
+               penalty: Penalty = NO_PENALTY) -> list[Tensor]:
     """GiGPO over the leaves' turns (:func:`gigpo_advantages`) with the node a turn starts from as its anchor:
     siblings start from one forked env state, so no observation hashing is needed."""
     rewards, traj, keys, owners = [], [], [], []
     for row, leaf in enumerate(tree.leaves()):
         for n in tree.path(leaf)[1:]:
-            rewards.append(turn_reward(tree.nodes[n].turn, invalid_action_penalty))
+            rewards.append(turn_reward(tree.nodes[n].turn, penalty))
             traj.append(row)
             keys.append(tree.nodes[n].parent)
             owners.append((leaf, n))

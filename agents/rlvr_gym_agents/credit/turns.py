@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from rlvr_gym_agents.credit.estimators import gigpo_advantages
-from rlvr_gym_agents.credit.rewards import turn_reward
+from rlvr_gym_agents.credit.rewards import NO_PENALTY, Penalty, turn_reward
 from rlvr_gym_agents.rollout.types import Trajectory, Turn
 
 
@@ -34,19 +34,19 @@ def gigpo_token_advantages(
     gamma: float = 0.95,
     omega: float = 1.0,
     std_norm: bool = False,
-    invalid_action_penalty: float = 0.0,
+    penalty: Penalty = NO_PENALTY,
 ) -> list[Tensor]:
     """Per-token GiGPO advantages of flat episodes, one row per trajectory (``Trajectory.group`` = the group).
 
-    Each turn's step reward is the env's reward minus ``invalid_action_penalty`` when the env rejected the
-    action; :func:`rlvr_gym_agents.credit.estimators.gigpo_advantages` turns them into A = A^E + omega * A^S per turn,
+    Each turn's step reward is the env's reward minus its ``penalty`` (:meth:`Penalty.of`: the per-turn penalty when
+    the turn failed with a penalised kind); :func:`rlvr_gym_agents.credit.estimators.gigpo_advantages` turns them into A = A^E + omega * A^S per turn,
     and every generated token of the turn gets its turn's advantage.
 
     Args:
         trajectories: B episodes; their turns carry ``reward``, ``failure`` and ``state_key``.
         gamma: step discount of the returns-to-go, in [0, 1]. omega: weight of the step advantage.
         std_norm: divide by the group std (GiGPO's ALFWorld setting) or not.
-        invalid_action_penalty: >= 0, subtracted from the reward of each rejected turn.
+        penalty: what each penalised turn loses from its reward.
 
     Returns:
         B float32 tensors of length ``len(trajectory.token_ids)``: 0 on prompt and observation ids and for
@@ -55,7 +55,7 @@ def gigpo_token_advantages(
     rewards, traj, groups, keys, spans = [], [], [], [], []
     for row, trajectory in enumerate(trajectories):
         for turn in trajectory.turns:
-            rewards.append(turn_reward(turn, invalid_action_penalty))
+            rewards.append(turn_reward(turn, penalty))
             traj.append(row)
             groups.append(trajectory.group)
             keys.append(anchor_key(turn))
