@@ -229,7 +229,8 @@ class AlgorithmConfig:
     see it too). Failing episodes then differ, so all-failure groups carry signal instead of being dropped."""
     penalized_failures: tuple[str, ...] = ("parse_error", "invalid_action")
     """The failure kinds (``rlvr_gym.FailureKind`` values) that ``invalid_action_penalty`` applies to. Add
-    ``tool_error`` to also penalise calls the env accepted but the tool refused (an entity that does not exist)."""
+    ``tool_error`` to also penalise calls the env accepted but the tool refused (an entity that does not exist);
+    an empty list turns the penalty off."""
     epochs: int = 2
     """Passes over each batch of rollouts."""
     num_minibatches: int = 2

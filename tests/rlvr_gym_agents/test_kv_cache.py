@@ -169,3 +169,19 @@ def test_mask_row_rewinds_a_row_of_a_batch_to_the_context_apply_crops_to() -> No
     cropped = rewind.apply(state.select([0]), 10)
     assert cropped.attention_mask.tolist() == [[1, 1, 1]] and cropped.next_position.tolist() == [2]
     assert torch.equal(cropped.cache.layers[0].keys, batch.cache.layers[0].keys[:1, :, :3])
+
+
+def test_rows_kept_without_spare_slots_and_selected_like_a_dynamic_layer() -> None:
+    layer = GrowableLayer()
+    layer.update(_slots(5, 0.0), _slots(5, 1.0))
+    keys = layer.keys.clone()
+    kept = copy.copy(layer)
+    kept.batch_select_indices(torch.tensor([1]), spare_slots=False)
+    assert kept._key_buffer.shape[2] == 5 and torch.equal(kept.keys, keys[[1]])
+    listed = copy.copy(layer)
+    listed.batch_select_indices([1, 0])  # type: ignore[arg-type]  # DynamicLayer takes a list too
+    assert torch.equal(listed.keys, keys[[1, 0]])
+    trained = GrowableLayer()
+    trained.update(_slots(3, 0.0).requires_grad_(), _slots(3, 1.0).requires_grad_())
+    trained.batch_select_indices(torch.tensor([0, 0]))  # keys that require grad: indexing, as DynamicLayer does
+    assert trained.keys.shape == (2, 3, 3, 4) and trained.keys.requires_grad

@@ -99,6 +99,17 @@ def test_invalid_action_penalty_lowers_the_rejected_turns_return() -> None:
     assert leaf_returns(tree) == {2: 1.0, 3: 0.0, 4: 0.0}
     assert leaf_returns(tree, Penalty(0.5)) == {2: 1.0, 3: -0.5, 4: 0.0}
     assert leaf_returns(tree, Penalty(0.5, frozenset({FailureKind.TOOL_ERROR}))) == {2: 1.0, 3: 0.0, 4: 0.0}
+    refused = _tree_with_rejected_leaf()
+    turn = refused.nodes[3].turn
+    assert turn is not None
+    refused.nodes[3].turn = dataclasses.replace(turn, failure=Failure(FailureKind.TOOL_ERROR, "no entity named 'x'"))
+    assert leaf_returns(refused, Penalty(0.5)) == {2: 1.0, 3: 0.0, 4: 0.0}  # not a rejection: no penalty by default
+    assert leaf_returns(refused, Penalty(0.5, frozenset({FailureKind.TOOL_ERROR}))) == {2: 1.0, 3: -0.5, 4: 0.0}
+    with pytest.raises(ValueError, match="unknown failure kind"):
+        Penalty(0.5, frozenset({"tool_eror"}))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="finite and >= 0"):
+        Penalty(float("nan"))
+    assert Penalty(0.5, ["tool_error"]).kinds == frozenset({FailureKind.TOOL_ERROR})  # type: ignore[arg-type]
     assert tree.trajectory(3).reward == 0.0  # the trajectory keeps the env's reward; only credit sees the penalty
     # soft, mean-centred: returns [1, -0.5, 0], mean 1/6
     a, b, c = 5 / 6, -2 / 3, -1 / 6

@@ -24,8 +24,11 @@ REJECTED = frozenset({FailureKind.PARSE_ERROR, FailureKind.INVALID_ACTION})
 class Penalty:
     """What a turn loses from its step reward: ``per_turn`` when its failure's kind is in ``kinds``.
 
+    ``kinds`` may be given as any collection of :class:`FailureKind` s or their values; it is stored as a frozenset
+    of :class:`FailureKind`. An empty ``kinds`` penalises nothing.
+
     Raises:
-        ValueError: ``per_turn`` is negative or not finite.
+        ValueError: ``per_turn`` is negative, not finite or a bool, or a kind is not a :class:`FailureKind` value.
     """
 
     per_turn: float = 0.0
@@ -34,8 +37,14 @@ class Penalty:
     """The failure kinds penalised (default: the env rejected the action)."""
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.per_turn) and self.per_turn >= 0):
-            raise ValueError(f"the per-turn penalty must be finite and >= 0, got {self.per_turn}")
+        if isinstance(self.per_turn, bool) or not (math.isfinite(self.per_turn) and self.per_turn >= 0):
+            raise ValueError(f"the per-turn penalty must be finite and >= 0, got {self.per_turn!r}")
+        try:
+            kinds = frozenset(FailureKind(kind) for kind in self.kinds)
+        except ValueError:
+            raise ValueError(f"unknown failure kind in {sorted(str(k) for k in self.kinds)}; choose from "
+                             f"{sorted(kind.value for kind in FailureKind)}") from None
+        object.__setattr__(self, "kinds", kinds)
 
     def of(self, turn: Turn) -> float:
         """``per_turn`` when ``turn`` failed with a penalised kind, else 0."""

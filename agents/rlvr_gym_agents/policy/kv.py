@@ -93,13 +93,18 @@ class GrowableLayer(DynamicLayer):
             self._key_buffer[..., : self._length, :] = old_keys
             self._value_buffer[..., : self._length, :] = old_values
 
-    def batch_select_indices(self, indices: torch.Tensor) -> None:
-        """Keeps the rows ``indices`` (repeats allowed: branching), each copied once into new buffers with spare slots
-        (capacity doubled, as after a grow), so the next update appends without another copy of the cache."""
+    def batch_select_indices(self, indices: torch.Tensor | Sequence[int], spare_slots: bool = True) -> None:
+        """Keeps the rows ``indices`` (repeats allowed: branching), each copied once into new buffers; with
+        ``spare_slots`` the buffers get spare slots (capacity doubled, as after a grow), so the next update appends
+        without another copy of the cache. Keys that require grad take ``DynamicLayer``'s path (indexing)."""
         keys, values = self.keys, self.values
         if keys is None or values is None or keys.dim() != 4 or self._length == 0:
             return
-        capacity = max(2 * self._length, MIN_CAPACITY)
+        if keys.requires_grad or values.requires_grad:  # index_select(out=...) does not support autograd
+            super().batch_select_indices(torch.as_tensor(indices, dtype=torch.long, device=keys.device))
+            return
+        indices = torch.as_tensor(indices, dtype=torch.long, device=keys.device)
+        capacity = max(2 * self._length, MIN_CAPACITY) if spare_slots else self._length
         key_buffer = keys.new_empty(len(indices), keys.shape[1], capacity, keys.shape[3])
         value_buffer = values.new_empty(len(indices), values.shape[1], capacity, values.shape[3])
         torch.index_select(keys, 0, indices, out=key_buffer[..., : self._length, :])
@@ -189,13 +194,18 @@ class KVState:
         self.attention_mask = self.attention_mask.gather(1, index)
         return self
 
-    def select(self, rows: Sequence[int]) -> KVState:
-        """Returns a new state made of copies of ``rows`` (repeats allowed: branching from a prefix)."""
+    def select(self, rows: Sequence[int], spare_slots: bool = True) -> KVState:
+        """Returns a new state made of copies of ``rows`` (repeats allowed: branching from a prefix); without
+        ``spare_slots`` its :class:`GrowableLayer` s get no room to append (a row kept, not extended)."""
         index = torch.as_tensor(list(rows), dtype=torch.long, device=self.attention_mask.device)
         cache = copy.copy(self.cache)
         cache.layers = [copy.copy(layer) for layer in self.cache.layers]
         if self.attention_mask.shape[1] > 0:
-            cache.batch_select_indices(index)
+            for layer in cache.layers:
+                if isinstance(layer, GrowableLayer):
+                    layer.batch_select_indices(index, spare_slots)
+                else:
+                    layer.batch_select_indices(index)
         return KVState(cache, self.attention_mask[index], self.next_position[index],
                        [list(self.pending[r]) for r in rows])
 
@@ -228,8 +238,8 @@ class RewindInfo:
 
     def mask_row(self, state: KVState, row: int, path_id: int) -> None:
         """Rewinds ``row`` of ``state`` (a copy made by ``select``) in place by turning the slots added since the
-        snapshot into holes: the same context as :meth:`apply`, without cropping it out of the batch (the merge
-        after a crop pads a short row back to the batch's width with holes anyway)."""
+        snapshot into holes: the same context as :meth:`apply`, without cropping it out of the batch. The row keeps
+        the batch's width: the same width a crop gets back when merged with a wider row, wider when it is not."""
         state.attention_mask[row, self.num_slots:] = 0
         state.next_position[row] = self.next_position[path_id]
         state.pending[row] = list(self.pending[path_id])

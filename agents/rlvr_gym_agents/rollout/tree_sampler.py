@@ -470,7 +470,7 @@ class _KVRows:
         warm), or None when the path has no kept row. Rows only grow at their right end (no compaction here), so the
         slots before the snapshot are the ones the path had then."""
         kept = self.finished.get(task_index, {}).get(path_id)
-        return None if kept is None else rewind.apply(kept.select([0]), path_id)
+        return None if kept is None else rewind.apply(kept.select([0], spare_slots=False), path_id)
 
     def add_row(self, path_id: int, row: Any) -> None:
         """Adds a one-row state for a path joining between rounds (a fallback branch started warm); the rows joining
@@ -520,7 +520,7 @@ class _KVRows:
             return
         for row, path in enumerate(running):
             if path.done and self.keeps_row(path):  # for fallback branches at its boundaries
-                self.finished.setdefault(path.task_index, {})[path.path_id] = post_state.select([row])
+                self.finished.setdefault(path.task_index, {})[path.path_id] = post_state.select([row], spare_slots=False)
         keep = [row for row, p in enumerate(running) if not p.done]
         warm_children = [(child, row) for child, row in children if not child.fresh]
         rows = keep + [row for _, row in warm_children]
