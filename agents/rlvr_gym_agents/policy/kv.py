@@ -100,10 +100,10 @@ class GrowableLayer(DynamicLayer):
         keys, values = self.keys, self.values
         if keys is None or values is None or keys.dim() != 4 or self._length == 0:
             return
-        if keys.requires_grad or values.requires_grad:  # index_select(out=...) does not support autograd
-            super().batch_select_indices(torch.as_tensor(indices, dtype=torch.long, device=keys.device))
-            return
         indices = torch.as_tensor(indices, dtype=torch.long, device=keys.device)
+        if keys.requires_grad or values.requires_grad:  # index_select(out=...) does not support autograd
+            super().batch_select_indices(indices)
+            return
         capacity = max(2 * self._length, MIN_CAPACITY) if spare_slots else self._length
         key_buffer = keys.new_empty(len(indices), keys.shape[1], capacity, keys.shape[3])
         value_buffer = values.new_empty(len(indices), values.shape[1], capacity, values.shape[3])
