@@ -158,17 +158,43 @@ def test_selected_rows_are_copied_once_into_buffers_with_spare_slots() -> None:
     assert layer._key_buffer is buffer and torch.equal(new_keys[:, :, 5], torch.full((3, 3, 4), 9.0))
 
 
-def test_mask_row_rewinds_a_row_of_a_batch_to_the_context_apply_crops_to() -> None:
-    state = _state([5, 4], 1.0)
-    rewind = RewindInfo(num_slots=3, next_position={10: 2, 11: 3}, pending={10: [4], 11: [5]})
+def test_mask_row_rewinds_a_row_by_position_to_the_context_apply_cuts_out() -> None:
+    # holes anywhere (left padding, stopped rows, a compaction): a rewind keeps each row's first real slots
+    state = _state([6, 6], 1.0)
+    state.attention_mask = torch.tensor([[0, 1, 1, 0, 1, 1], [1, 1, 1, 1, 0, 1]])
+    state.next_position = torch.tensor([4, 5])
+    rewind = RewindInfo(next_position={10: 3, 11: 5}, pending={10: [4], 11: [5]})
     batch = state.select([0, 1])
     rewind.mask_row(batch, 0, 10)
-    assert batch.attention_mask.tolist() == [[1, 1, 1, 0, 0], [1, 1, 1, 1, 0]]  # row 1 is not touched
-    assert batch.next_position.tolist() == [2, 4] and batch.pending == [[4], [7]]
-    assert state.attention_mask.tolist() == [[1, 1, 1, 1, 1], [1, 1, 1, 1, 0]]  # nor is the state it was selected from
-    cropped = rewind.apply(state.select([0]), 10)
-    assert cropped.attention_mask.tolist() == [[1, 1, 1]] and cropped.next_position.tolist() == [2]
-    assert torch.equal(cropped.cache.layers[0].keys, batch.cache.layers[0].keys[:1, :, :3])
+    assert batch.attention_mask.tolist() == [[0, 1, 1, 0, 1, 0], [1, 1, 1, 1, 0, 1]]  # row 1 is not touched
+    assert batch.next_position.tolist() == [3, 5] and batch.pending == [[4], [7]]
+    assert state.attention_mask.tolist() == [[0, 1, 1, 0, 1, 1], [1, 1, 1, 1, 0, 1]]  # nor is the state it came from
+    cut = rewind.apply(state.select([0]), 10)
+    assert cut.attention_mask.tolist() == [[1, 1, 1]] and cut.next_position.tolist() == [3] and cut.pending == [[4]]
+    assert torch.equal(cut.cache.layers[0].keys, state.cache.layers[0].keys[:1, :, [1, 2, 4]])
+    assert torch.equal(cut.cache.layers[0].values, state.cache.layers[0].values[:1, :, [1, 2, 4]])
+
+
+def test_compact_keeps_spare_slots_and_a_rewind_stays_valid_across_it() -> None:
+    state = _state([6, 6], 1.0)
+    state.attention_mask = torch.tensor([[0, 1, 1, 0, 1, 1], [1, 0, 1, 0, 0, 1]])
+    state.next_position = torch.tensor([4, 3])
+    keys = state.cache.layers[0].keys.clone()
+    rewind = RewindInfo.of(state, [10, 11])
+    state.compact(min_saving=0.0)
+    assert state.attention_mask.tolist() == [[1, 1, 1, 1], [0, 1, 1, 1]]
+    layer = state.cache.layers[0]
+    # each row's real slots in order at the right end (row 1 is left-padded with one of its holes)
+    assert torch.equal(layer.keys, torch.stack([keys[0, :, [1, 2, 4, 5]], keys[1, :, [4, 0, 2, 5]]]))
+    buffer = layer._key_buffer
+    assert buffer.shape[2] == MIN_CAPACITY  # spare slots: the next append lands in place
+    layer.update(torch.zeros(2, 3, 1, 4), torch.zeros(2, 3, 1, 4))
+    assert layer._key_buffer is buffer
+    state.attention_mask = torch.cat([state.attention_mask, torch.ones(2, 1, dtype=torch.long)], dim=1)
+    rewind.mask_row(state, 0, 10)  # the snapshot was taken before the compaction and the append
+    assert state.attention_mask[0].tolist() == [1, 1, 1, 1, 0]
+    cut = RewindInfo(next_position={11: 2}, pending={11: []}).apply(state.select([1]), 11)
+    assert torch.equal(cut.cache.layers[0].keys[0], keys[1, :, [0, 2]])
 
 
 def test_rows_kept_without_spare_slots_and_selected_like_a_dynamic_layer() -> None:

@@ -345,3 +345,29 @@ def test_kept_kv_rows_are_only_those_a_fallback_branch_may_use_and_go_with_the_c
         assert max(kept_sizes) >= 1
     else:  # branching in flight fills each task's budget before its paths end: nothing to keep
         assert max(kept_sizes) == 0
+
+
+def test_rewound_childrens_holes_are_compacted_away_each_round(tokenizer: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Children rewound by masking leave holes in every row of the batch; each round's rebuild compacts them away (the
+    longest row fills at least 90% of the width), and every sampled token's log-prob is still a full forward pass's."""
+    from rlvr_gym_agents.rollout import tree_sampler
+
+    fill: list[float] = []
+    shrunk: list[bool] = []
+    rebuild = tree_sampler._KVRows.rebuild
+
+    def spy(self: Any, running: Any, children: Any) -> None:
+        before = None if self.post_state is None else self.post_state.attention_mask.shape[1]
+        rebuild(self, running, children)
+        if self.state is not None and before is not None:
+            mask = self.state.attention_mask
+            fill.append(float(mask.sum(dim=1).max()) / mask.shape[1])
+            shrunk.append(mask.shape[1] < before)
+
+    monkeypatch.setattr(tree_sampler._KVRows, "rebuild", spy)
+    policy = _policy(tokenizer)
+    sampler = TreeSampler(policy, ChatFormat(tokenizer), TreeSamplerConfig(num_leaves=4, branch=ALWAYS),
+                          env_factory=_make_echo)
+    trees = sampler.sample(echo_tasks(4), SAMPLING).trees
+    assert any(shrunk) and min(fill) >= 0.9
+    assert _check_logps_against_full_forward(policy, trees) > 20

@@ -5,9 +5,10 @@
   decoding step.
 - :class:`KVState`: the cache of a batch of rows with the holes left by left-padding, explicit position ids and the
   ids sampled but not yet run. ``state.select([0, 0, 1])`` copies rows (branching from a prefix).
-- :class:`RewindInfo` / :func:`merge_kv_states`: tree rollouts rewind a row to a turn boundary by dropping the
-  slots added since a snapshot (or masking them as holes, in a batch), and stack rows of several states padding
-  shorter caches with hole slots (positions are explicit, so a hole changes nothing a row attends to).
+- :class:`RewindInfo` / :func:`merge_kv_states`: tree rollouts rewind a row to a turn boundary by keeping the
+  real slots it had at a snapshot (cutting the later ones out, or masking them as holes in a batch), and stack rows
+  of several states padding shorter caches with hole slots (positions are explicit, so a hole changes nothing a
+  row attends to).
 """
 
 from __future__ import annotations
@@ -174,10 +175,12 @@ class KVState:
         """Drops the holes in place: each row's real slots move, in order, to the right end of a cache as wide as
         the longest row (left-padded), when that removes at least ``min_saving`` of the slots.
 
-        Holes build up from the left padding of every fed chunk and from rows that stop generating before the
-        others (~38% of the slots after ten text-world turns); attention and the cache's append both cost in
-        proportion to the width. Positions are explicit (``next_position``), so no row's attention changes.
-        Not for states a tree sampler rewinds by slot count (:mod:`rlvr_gym_agents.policy.kv`).
+        Holes build up from the left padding of every fed chunk, from rows that stop generating before the others
+        (~38% of the slots after ten text-world turns) and, in a rollout tree, from children rewound by masking
+        (~46% of a tree's slots); attention and the cache's append both cost in proportion to the width. Positions
+        are explicit (``next_position``), so no row's attention changes, and a :class:`RewindInfo` rewinds by
+        position, so it stays valid across a compaction. A :class:`GrowableLayer` gets spare slots (as after a
+        grow), so the next append needs no copy.
 
         Returns:
             ``self``.
@@ -189,8 +192,17 @@ class KVState:
         # A stable sort of "is real" puts the holes first and keeps the real slots in order.
         index = torch.sort(mask.to(torch.int8), dim=1, stable=True).indices[:, -width:]
         for layer in self.cache.layers:
-            slots = index[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3])
-            layer.keys, layer.values = layer.keys.gather(2, slots), layer.values.gather(2, slots)
+            keys, values = layer.keys, layer.values
+            slots = index[:, None, :, None].expand(-1, keys.shape[1], -1, keys.shape[3])
+            if isinstance(layer, GrowableLayer) and not (keys.requires_grad or values.requires_grad):
+                capacity = max(2 * width, MIN_CAPACITY)
+                key_buffer = keys.new_empty(keys.shape[0], keys.shape[1], capacity, keys.shape[3])
+                value_buffer = values.new_empty(values.shape[0], values.shape[1], capacity, values.shape[3])
+                torch.gather(keys, 2, slots, out=key_buffer[..., :width, :])
+                torch.gather(values, 2, slots, out=value_buffer[..., :width, :])
+                layer.set_buffers(key_buffer, value_buffer, width)
+            else:
+                layer.keys, layer.values = keys.gather(2, slots), values.gather(2, slots)
         self.attention_mask = self.attention_mask.gather(1, index)
         return self
 
@@ -212,35 +224,39 @@ class KVState:
 
 @dataclasses.dataclass
 class RewindInfo:
-    """What a KV state looked like before a generate call, to rewind a row to its turn boundary."""
+    """What the rows of a KV state looked like before a generate call, to rewind a row to its turn boundary.
 
-    num_slots: int
+    A rewind is by position: a row had ``next_position`` real slots then (every fed id fills one real slot, in
+    order), so rewinding keeps a row's first ``next_position`` real slots and turns the later ones into holes,
+    wherever compaction (:meth:`KVState.compact`) has moved them since.
+    """
+
     next_position: dict[int, int]
     pending: dict[int, list[int]]
 
     @classmethod
     def of(cls, state: KVState, path_ids: list[int]) -> RewindInfo:
         return cls(
-            int(state.attention_mask.shape[1]),
             dict(zip(path_ids, state.next_position.tolist(), strict=True)),
             {pid: list(p) for pid, p in zip(path_ids, state.pending, strict=True)},
         )
 
     def apply(self, row_state: KVState, path_id: int) -> KVState:
-        """Drops the slots added since the snapshot from a one-row state (a copy made by ``select``)."""
+        """Cuts a one-row state (a copy made by ``select``) down to its first ``next_position`` real slots, without
+        holes."""
+        real = row_state.attention_mask[0].nonzero().squeeze(1)[: self.next_position[path_id]]
         for layer in row_state.cache.layers:
-            layer.keys = layer.keys[..., : self.num_slots, :]
-            layer.values = layer.values[..., : self.num_slots, :]
-        row_state.attention_mask = row_state.attention_mask[:, : self.num_slots]
+            layer.keys, layer.values = layer.keys.index_select(2, real), layer.values.index_select(2, real)
+        row_state.attention_mask = torch.ones_like(row_state.attention_mask[:, : len(real)])
         row_state.next_position = torch.full_like(row_state.next_position, self.next_position[path_id])
         row_state.pending = [list(self.pending[path_id])]
         return row_state
 
     def mask_row(self, state: KVState, row: int, path_id: int) -> None:
-        """Rewinds ``row`` of ``state`` (a copy made by ``select``) in place by turning the slots added since the
-        snapshot into holes: the same context as :meth:`apply`, without cropping it out of the batch. The row keeps
-        the batch's width: the same width a crop gets back when merged with a wider row, wider when it is not."""
-        state.attention_mask[row, self.num_slots:] = 0
+        """Rewinds ``row`` of ``state`` (a copy made by ``select``) in place by turning its real slots after the first
+        ``next_position`` into holes: the same context as :meth:`apply`, without cutting it out of the batch."""
+        mask = state.attention_mask[row]
+        mask.mul_((mask.cumsum(0) <= self.next_position[path_id]).to(mask.dtype))
         state.next_position[row] = self.next_position[path_id]
         state.pending[row] = list(self.pending[path_id])
 

@@ -22,8 +22,8 @@ Per task the sampler grows a :class:`~rlvr_gym_agents.rollout.tree.RolloutTree` 
 Envs with ``supports_fork = False`` branch only at the root: all ``n`` leaves are global samples.
 
 The KV cache of :class:`~rlvr_gym_agents.policy.TransformersPolicy` is reused across turns and branches
-(a child's copy of its parent's row is rewound by masking the slots added in the round as holes; rows joining
-later are cropped and merged with hole padding); with
+(a child's copy of its parent's row is rewound by masking the slots added in the round as holes, and the holes
+are compacted away each round; rows joining later are cut to their boundary and merged with hole padding); with
 ``reuse_kv_cache=False`` (or a policy without :class:`KVState`) every call passes the full context.
 """
 
@@ -467,8 +467,7 @@ class _KVRows:
 
     def kept_row(self, task_index: int, path_id: int, rewind: RewindInfo) -> Any:
         """A copy of finished path ``path_id``'s row rewound by ``rewind`` (a snapshot of a round in which it was
-        warm), or None when the path has no kept row. Rows only grow at their right end (no compaction here), so the
-        slots before the snapshot are the ones the path had then."""
+        warm: the row's first real slots, by position), or None when the path has no kept row."""
         kept = self.finished.get(task_index, {}).get(path_id)
         return None if kept is None else rewind.apply(kept.select([0], spare_slots=False), path_id)
 
@@ -512,9 +511,9 @@ class _KVRows:
         return [out[p.path_id] for p in running]
 
     def rebuild(self, running: list[_Path], children: list[tuple[_Path, int]]) -> None:
-        """The next round's state, selected in one copy: the surviving running rows, then each warm child's copy of
-        its parent's row rewound to the branch boundary by masking the round's slots (a fresh parent's child is
-        fresh too and feeds its full context)."""
+        """The next round's state: the surviving running rows, then each warm child's copy of its parent's row rewound
+        to the branch boundary by masking the round's slots (a fresh parent's child is fresh too and feeds its full
+        context), selected in one copy and compacted (:meth:`KVState.compact`) when holes take a tenth of it."""
         post_state = self.post_state
         if post_state is None:
             return
@@ -532,4 +531,5 @@ class _KVRows:
             for index, (_, row) in enumerate(warm_children, start=len(keep)):
                 assert self.rewind is not None  # a warm child's parent was a warm row of this round
                 self.rewind.mask_row(self.state, index, running[row].path_id)
+            self.state.compact()  # the holes of rewound children and of stopped rows
         self.post_state = None
