@@ -9,6 +9,7 @@ from rlvr_gym_agents.rollout.branching import (
     branch_probability,
     fallback_branch_points,
     global_sample_count,
+    paced_rate,
     segment_entropy,
 )
 
@@ -112,3 +113,21 @@ def test_surprisal_fallback_ranks_boundaries_by_the_least_likely_next_action() -
     assert [p.score for p in points] == pytest.approx([3.0, 1.9])
     with pytest.raises(ValueError, match="score must be one of"):
         fallback_branch_points(tree, BranchConfig(), score="random")
+
+
+def test_paced_rate_spreads_the_leaves_left_over_the_turns_and_paths_left() -> None:
+    assert paced_rate(7, 9, 1) == pytest.approx(7 / 9)  # one global path, 7 leaves left, 9 turns left
+    assert paced_rate(6, 8, 2) == pytest.approx(0.375)  # two paths share the 6 leaves over 8 turns
+    assert paced_rate(5, 1, 2) == 1.0 and paced_rate(0, 3, 1) == 0.0  # clipped; nothing left to spend
+    for bad in ((-1, 3, 1), (2, 0, 1), (2, 3, 0)):
+        with pytest.raises(ValueError, match="turns_left >= 1"):
+            paced_rate(*bad)
+
+
+def test_a_paced_base_replaces_alpha_in_the_decision() -> None:
+    config = BranchConfig(alpha=0.1, entropy_weight=0.2, consecutive_penalty=0.05)
+    state = BranchState()
+    state.start_path(0, first_turn_entropy=1.0)
+    # dH = 0.5 with base 0.6: p = (0.6 + 0.1) = 0.7: u = 0.69 branches; alpha 0.1 alone would give 0.2
+    assert state.decide(0, 1.5, uniform=0.69, config=config, base=0.6)
+    assert not state.decide(0, 1.5, uniform=0.21, config=config)

@@ -371,3 +371,50 @@ def test_rewound_childrens_holes_are_compacted_away_each_round(tokenizer: Any, m
     trees = sampler.sample(echo_tasks(4), SAMPLING).trees
     assert any(shrunk) and min(fill) >= 0.9
     assert _check_logps_against_full_forward(policy, trees) > 20
+
+
+class _LongEchoEnv(EchoEnv):
+    """Never ends before its turn limit (6): every path runs to it, so a tree's budget is spent in flight or by a
+    second phase of fallback branches."""
+
+    max_turns = 6
+
+    def _step(self, action: str) -> Any:
+        return StepResult("Wrong.", 0.0, False, False, {})
+
+
+def test_paced_branching_spends_the_budget_while_the_paths_run(tokenizer: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``pace`` the leaves are started by in-flight branches (no entropy term, alpha 0: the paced rate alone), so
+    fewer come from fallback branches after the paths end and the trees take fewer rounds; the log-probs are a full
+    forward pass's."""
+    from rlvr_gym_agents.rollout import tree_sampler
+
+    counts = {"rounds": 0, "replayed": 0}
+    round_, replayed = tree_sampler._Run._round, tree_sampler._Run._start_replayed_branch
+
+    def count_round(self: Any, running: Any) -> None:
+        counts["rounds"] += 1
+        round_(self, running)
+
+    def count_replayed(self: Any, *args: Any) -> bool:
+        counts["replayed"] += 1
+        return replayed(self, *args)
+
+    monkeypatch.setattr(tree_sampler._Run, "_round", count_round)
+    monkeypatch.setattr(tree_sampler._Run, "_start_replayed_branch", count_replayed)
+    seen = {}
+    for pace in (False, True):
+        counts.update(rounds=0, replayed=0)
+        policy = _policy(tokenizer)
+        sampler = TreeSampler(policy, ChatFormat(tokenizer),
+                              TreeSamplerConfig(num_leaves=4, global_samples=1, seed=3,
+                                                branch=BranchConfig(alpha=0.0, entropy_weight=0.0, pace=pace)),
+                              env_factory=lambda env_id, **kw: _LongEchoEnv(**kw))
+        rollout = sampler.sample(echo_tasks(4), SAMPLING)
+        assert all(len(tree.leaves()) == 4 for tree in rollout.trees)
+        seen[pace] = dict(counts, branches=rollout.metrics["branches"])
+        if pace:
+            assert _check_logps_against_full_forward(policy, rollout.trees) > 20
+    assert seen[False]["replayed"] == seen[False]["branches"] == 12  # alpha 0: every branch is a fallback
+    assert seen[True]["branches"] == 12 and seen[True]["replayed"] <= 6
+    assert seen[True]["rounds"] < seen[False]["rounds"]

@@ -77,6 +77,21 @@ def branch_probability(
     return min(1.0, max(0.0, (alpha + entropy_weight * delta_entropy) * damping))
 
 
+def paced_rate(leaves_left: int, turns_left: int, running_paths: int) -> float:
+    """The base branch probability that spends a task's budget evenly over the rounds left: ``leaves_left`` children
+    over ``turns_left`` boundaries (the turn limit minus the turns played: the rounds a path may still run), shared
+    by ``running_paths`` paths, r = leaves_left / (turns_left * running_paths), clipped to [0, 1].
+
+    With one global sample, 7 leaves left and 9 turns left the first boundary branches with 7/9; branch depths come
+    out spread over the whole episode (as the fallback's highest-entropy boundaries are, measured), but every branch
+    starts while its path runs. Raises ValueError for a count below 0 (or below 1 for ``turns_left`` and
+    ``running_paths``)."""
+    if leaves_left < 0 or turns_left < 1 or running_paths < 1:
+        raise ValueError(f"need leaves_left >= 0, turns_left >= 1 and running_paths >= 1, got {leaves_left}, "
+                         f"{turns_left}, {running_paths}")
+    return min(1.0, leaves_left / (turns_left * running_paths))
+
+
 def global_sample_count(num_leaves: int, root_entropy: float, mean_turn_entropy: float, beta: float = 0.5) -> int:
     """AEPO entropy pre-monitoring: how many of ``num_leaves`` to start from the prompt.
 
@@ -106,6 +121,11 @@ class BranchConfig:
     """k: tokens at the start of a turn whose mean entropy is the turn's entropy."""
     max_children_per_boundary: int = 1
     """Children created at one boundary when the decision is positive (ARPO beam_size - 1)."""
+    pace: bool = False
+    """Spend the budget in flight: the base probability at a boundary is at least :func:`paced_rate` (the task's
+    leaves left spread evenly over the turns its running paths have left), so a tree whose paths reach the turn
+    limit is complete then, not after a second phase of fallback branches (which doubles the rounds, and the model
+    passes, of a batch). Fallback still spends what paths that end early leave."""
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.alpha <= 1.0 or self.consecutive_penalty < 0 or self.probe_tokens < 1:
@@ -129,16 +149,16 @@ class BranchState:
         self.initial_entropy[path] = first_turn_entropy
         self.consecutive[path] = 0
 
-    def decide(self, path: int, turn_entropy: float, uniform: float, config: BranchConfig) -> bool:
+    def decide(self, path: int, turn_entropy: float, uniform: float, config: BranchConfig,
+               base: float | None = None) -> bool:
         """Whether to branch ``path`` at the boundary before a turn whose probe entropy is ``turn_entropy``.
 
-        ``uniform`` is a draw from U(0, 1) supplied by the caller (the sampler's seeded generator). Updates l:
-        +1 after a branching, reset to 0 otherwise.
+        ``uniform`` is a draw from U(0, 1) supplied by the caller (the sampler's seeded generator); ``base`` replaces
+        ``config.alpha`` when given (a paced rate). Updates l: +1 after a branching, reset to 0 otherwise.
         """
         delta = turn_entropy - self.initial_entropy[path]
-        p = branch_probability(
-            delta, self.consecutive[path], config.alpha, config.entropy_weight, config.consecutive_penalty
-        )
+        alpha = config.alpha if base is None else base
+        p = branch_probability(delta, self.consecutive[path], alpha, config.entropy_weight, config.consecutive_penalty)
         branch = uniform < p
         self.consecutive[path] = self.consecutive[path] + 1 if branch else 0
         return branch

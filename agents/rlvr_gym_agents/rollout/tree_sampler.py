@@ -48,6 +48,7 @@ from rlvr_gym_agents.rollout.branching import (
     BranchState,
     fallback_branch_points,
     global_sample_count,
+    paced_rate,
     segment_entropy,
 )
 from rlvr_gym_agents.rollout.episode import PlayedTurn, PolicyEpisode, play_turns
@@ -370,7 +371,8 @@ class _Run:
             return []
         if not budget.forkable or budget.started >= cfg.num_leaves:
             return []
-        if not self.branch_state.decide(path.path_id, entropy, float(self.rng.random()), cfg.branch):
+        base = max(cfg.branch.alpha, self._paced_rate(path)) if cfg.branch.pace else None
+        if not self.branch_state.decide(path.path_id, entropy, float(self.rng.random()), cfg.branch, base):
             return []
         children = []
         for _ in range(min(cfg.branch.max_children_per_boundary, cfg.num_leaves - budget.started)):
@@ -378,6 +380,16 @@ class _Run:
             if child is not None:
                 children.append(child)
         return children
+
+    def _paced_rate(self, path: _Path) -> float:
+        """:func:`~rlvr_gym_agents.rollout.branching.paced_rate` of the path's task at its boundary (0 when its env does
+        not tell its turn limit and turn)."""
+        episode = path.episode.env
+        limit, turn = getattr(episode.env, "max_turns", None), episode.turns
+        if not isinstance(limit, int) or turn >= limit:
+            return 0.0
+        running = sum(1 for p in self.paths if p.task_index == path.task_index and not p.done)
+        return paced_rate(self.config.num_leaves - self.budgets[path.task_index].started, limit - turn, max(1, running))
 
     def _fork(self, path: _Path) -> _Path | None:
         """A child of ``path`` at its current boundary. A warm parent's child gets the parent's KV row rewound to the
