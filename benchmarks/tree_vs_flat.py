@@ -10,7 +10,8 @@ For each seed, the same tasks (``--suite``, default the quickstart's training su
 ``--leaves`` times per task twice, in alternating order so a loaded machine slows both alike: flat
 (:func:`rlvr_gym_agents.rollout.run_episodes`, KV cache reused across turns, the baseline) and as trees
 (:class:`rlvr_gym_agents.rollout.tree_sampler.TreeSampler`, entropy-balanced branching with ``m`` global samples per
-task, one line per ``--global-samples`` value, and AEPO pre-monitoring). Prints, per configuration: generated
+task, one line per ``--global-samples`` value, and AEPO pre-monitoring; and the tree settings of
+``agents/recipes/textworld-tree.yaml``, unless ``--no-recipe-tree``). Prints, per configuration: generated
 tokens per leaf, wall seconds per leaf, CPU seconds per leaf (the process's own: with ``--threads 1`` the work,
 which a loaded machine disturbs less than the wall time), success rate per leaf, distinct successful action sequences per task,
 turns per leaf, the share of tasks whose leaves do not all succeed or all fail ("mixed": the groups a
@@ -53,6 +54,7 @@ from rlvr_gym import load_suite
 
 DEFAULT_MODEL = Path("runs/quickstart-seed0/checkpoint")
 RECIPE = Path("agents/recipes/quickstart.yaml")
+TREE_RECIPE = Path("agents/recipes/textworld-tree.yaml")
 
 
 def load_policy(model: str | None, seed: int) -> tuple[TransformersPolicy, ChatFormat]:
@@ -109,6 +111,14 @@ def tree_config(leaves: int, settings: dict[str, Any], **fields: Any) -> TreeSam
     fields["branch"] = BranchConfig(**{**dataclasses.asdict(fields.get("branch", BranchConfig())), **branch})
     top = {k: v for k, v in settings.items() if not k.startswith("branch.")}
     return TreeSamplerConfig(num_leaves=leaves, **{**fields, **top})
+
+
+def recipe_tree_config(leaves: int, settings: dict[str, Any], recipe: Path = TREE_RECIPE) -> TreeSamplerConfig:
+    """The ``rollout.tree`` section of a tree recipe (default ``textworld-tree.yaml``) with ``leaves`` leaves and the
+    ``--tree-set`` settings applied."""
+    tree = load_config(recipe).rollout.tree
+    fields = {f.name: getattr(tree, f.name) for f in dataclasses.fields(tree) if f.name != "num_leaves"}
+    return tree_config(leaves, settings, **fields)
 
 
 @contextlib.contextmanager
@@ -186,6 +196,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--pre-monitoring", action=argparse.BooleanOptionalAction, default=True,
                         help="also try AEPO pre-monitoring per alpha")
+    parser.add_argument("--recipe-tree", action=argparse.BooleanOptionalAction, default=True,
+                        help=f"also run the tree settings of {TREE_RECIPE} (the shipped tree recipe)")
     parser.add_argument("--tree-set", nargs="*", default=[], metavar="KEY=VALUE",
                         help="tree settings for every tree variant, e.g. fallback=surprisal branch.entropy_weight=0")
     args = parser.parse_args()
@@ -195,6 +207,8 @@ def main() -> None:
     sampling = SamplingParams(temperature=1.0, max_new_tokens=args.max_new_tokens or recipe.rollout.max_new_tokens)
     variants: dict[str, TreeSamplerConfig | None] = {"flat": None}
     settings = tree_overrides(args.tree_set)
+    if args.recipe_tree:
+        variants["tree (recipe)"] = recipe_tree_config(args.leaves, settings)
     for alpha in args.alphas:
         branch = BranchConfig(alpha=alpha)
         for m in args.global_samples:

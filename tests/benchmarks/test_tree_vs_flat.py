@@ -59,3 +59,13 @@ def test_model_calls_records_each_pass_and_removes_its_hooks(bench: ModuleType) 
     model(input_ids=torch.zeros(1, 1, dtype=torch.long))  # after the block: not recorded
     assert [(rows, width) for rows, width, _ in calls] == [(3, 5), (2, 1)]
     assert all(seconds >= 0.0 for _, _, seconds in calls)
+
+
+def test_the_recipe_variant_is_the_tree_recipes_section_with_the_benchmarks_leaves(bench: ModuleType) -> None:
+    from rlvr_gym_agents.config import load_config
+
+    recipe = load_config(bench.TREE_RECIPE).rollout.tree
+    config = bench.recipe_tree_config(4, bench.tree_overrides(["fallback=surprisal"]))
+    assert config.num_leaves == 4 and config.fallback == "surprisal"  # the benchmark's leaves and --tree-set
+    assert config.branch == recipe.branch and config.global_samples == recipe.global_samples
+    assert config.branch.pace  # the shipped recipe paces its branching
