@@ -159,3 +159,29 @@ def test_unreachable_hub_model_gives_a_clear_error(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", offline)
     with pytest.raises(OSError, match=r"could not load hub model 'someone/Missing-0.5B'.*HF_HOME"):
         load_model_and_tokenizer("someone/Missing-0.5B")
+
+
+def test_fork_copies_rows_at_the_turns_start_and_the_copies_sample_their_own_turn(
+        tiny_policy: TransformersPolicy) -> None:
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=5)
+    contexts = [[3, 9, 10, 7], [3, 11, 12]]
+    seen: list[list[float]] = []
+
+    def fork(entropies: list[float]) -> list[int]:
+        seen.append(entropies)
+        return [1, 1, 0]
+
+    gens, state = tiny_policy.generate(contexts, sampling, fork=fork)
+    assert len(seen) == 1 and len(seen[0]) == 2 and len(gens) == len(state) == 5
+    # each row's entropy is that of its first-token distribution, the one its first id is drawn from
+    assert seen[0] == pytest.approx([gens[0].entropies[0], gens[1].entropies[0]])
+    parents = [0, 1, 1, 1, 0]
+    for gen, parent in zip(gens, parents):  # every copy's ids score as a continuation of its parent's context
+        ids = torch.tensor([contexts[parent] + gen.token_ids])
+        with torch.no_grad():
+            logprobs = torch.log_softmax(tiny_policy.model(input_ids=ids).logits[0].float(), dim=-1)
+        start = len(contexts[parent])
+        expected = [float(logprobs[start + i - 1, t]) for i, t in enumerate(gen.token_ids)]
+        assert gen.logps == pytest.approx(expected, abs=1e-4)
+    assert state.context_lengths() == [len(contexts[p]) + len(g.token_ids) for p, g in zip(parents, gens)]
+    assert len({tuple(g.token_ids) for g in gens[1:4]}) > 1  # the copies of row 1 drew their own turns

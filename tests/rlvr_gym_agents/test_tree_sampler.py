@@ -418,3 +418,28 @@ def test_paced_branching_spends_the_budget_while_the_paths_run(tokenizer: Any, m
     assert seen[False]["replayed"] == seen[False]["branches"] == 12  # alpha 0: every branch is a fallback
     assert seen[True]["branches"] == 12 and seen[True]["replayed"] <= 6
     assert seen[True]["rounds"] < seen[False]["rounds"]
+
+
+@pytest.mark.parametrize("at_boundary", [False, True], ids=["after-turn", "at-boundary"])
+def test_children_decided_at_the_boundary_decode_in_their_parents_round(
+        tokenizer: Any, monkeypatch: pytest.MonkeyPatch, at_boundary: bool) -> None:
+    """Deciding after the turn, a child generates its first turn one round after its parent's, so every level of
+    nesting adds a round; deciding at the boundary (``branch.at_boundary``) it decodes in its parent's round from a
+    copy of its row: trees of paths that all run to the 6-turn limit take exactly 6 rounds. The log-probs are a full
+    forward pass's either way."""
+    from rlvr_gym_agents.rollout import tree_sampler
+
+    rounds = [0]
+    round_ = tree_sampler._Run._round
+    monkeypatch.setattr(tree_sampler._Run, "_round", lambda self, running: (rounds.__setitem__(0, rounds[0] + 1),
+                                                                            round_(self, running))[1])
+    policy = _policy(tokenizer)
+    sampler = TreeSampler(policy, ChatFormat(tokenizer),
+                          TreeSamplerConfig(num_leaves=4, global_samples=1,
+                                            branch=BranchConfig(alpha=1.0, entropy_weight=0.0, at_boundary=at_boundary)),
+                          env_factory=lambda env_id, **kw: _LongEchoEnv(**kw))
+    rollout = sampler.sample(echo_tasks(3), SAMPLING)
+    assert all(len(tree.leaves()) == 4 for tree in rollout.trees) and rollout.metrics["branches"] == 9
+    assert all(len(tree.path(leaf)) == 7 for tree in rollout.trees for leaf in tree.leaves())  # root + 6 turns
+    assert (rounds[0] == 6) == at_boundary and rounds[0] >= 6
+    assert _check_logps_against_full_forward(policy, rollout.trees) > 20

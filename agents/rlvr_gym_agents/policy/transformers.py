@@ -19,7 +19,7 @@ Branching (tree rollouts): ``state.select([0, 0, 1])`` returns a new state whose
 from __future__ import annotations
 
 import difflib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -71,16 +71,21 @@ class TransformersPolicy:
         return cls(model, tokenizer, **kwargs)
 
     def generate(self, token_ids: Sequence[Sequence[int]], sampling: SamplingParams,
-                 state: KVState | None = None) -> tuple[list[Generation], KVState]:
+                 state: KVState | None = None,
+                 fork: Callable[[list[float]], list[int]] | None = None) -> tuple[list[Generation], KVState]:
         """Generates one turn for every row.
 
         Args:
             token_ids: B rows; full contexts when ``state`` is None, else the ids to append to each row.
             sampling: temperature, top-p and ``max_new_tokens``.
             state: the state returned by the previous call on these rows, or None.
+            fork: branching at the turn's start (tree rollouts): called once, after the rows' ids are fed, with the
+                entropy (nats) of each row's first-token distribution; returns the rows to copy, one new row per
+                entry (repeats allowed). A copy shares its row's context and cache and samples its own turn.
 
         Returns:
-            B generations and the new state (the last generated id of each row is pending in it).
+            B generations, then one per copy (in ``fork``'s order), and the new state with as many rows (the last
+            generated id of each row is pending in it).
 
         Raises:
             ValueError: when a row has nothing to run on, or ``state`` has a different number of rows.
@@ -96,18 +101,26 @@ class TransformersPolicy:
         self.model.eval()
         try:
             with torch.no_grad():
-                return self._generate(feeds, sampling, state)
+                return self._generate(feeds, sampling, state, fork)
         finally:
             self.model.train(was_training)
 
-    def _generate(self, feeds: list[list[int]], sampling: SamplingParams,
-                  state: KVState) -> tuple[list[Generation], KVState]:
+    def _generate(self, feeds: list[list[int]], sampling: SamplingParams, state: KVState,
+                  fork: Callable[[list[float]], list[int]] | None = None) -> tuple[list[Generation], KVState]:
         logits, state = self._first_feed(feeds, state)
-        batch = len(feeds)
+        first = sample_tokens(logits, sampling.temperature, sampling.top_p, self.generator)
+        if fork is not None and (copies := fork(first[2])):
+            state = state.select(list(range(len(feeds))) + copies)
+            more = sample_tokens(logits[copies], sampling.temperature, sampling.top_p, self.generator)
+            first = (first[0] + more[0], first[1] + more[1], first[2] + more[2])
+        batch = len(first[0])
         outs = [Generation([], [], [], "length") for _ in range(batch)]
         active = [True] * batch
         for step in range(sampling.max_new_tokens):
-            tokens, logps, entropies = sample_tokens(logits, sampling.temperature, sampling.top_p, self.generator)
+            if step == 0:
+                tokens, logps, entropies = first
+            else:
+                tokens, logps, entropies = sample_tokens(logits, sampling.temperature, sampling.top_p, self.generator)
             for row in range(batch):
                 if active[row]:
                     out = outs[row]

@@ -121,6 +121,11 @@ class BranchConfig:
     """k: tokens at the start of a turn whose mean entropy is the turn's entropy."""
     max_children_per_boundary: int = 1
     """Children created at one boundary when the decision is positive (ARPO beam_size - 1)."""
+    at_boundary: bool = False
+    """Decide at the boundary, before the turn is generated, from the entropy of the first token's distribution (a
+    probe of one token, instead of ``probe_tokens`` of the generated turn): a child then decodes in its parent's
+    round, from a copy of the parent's row, instead of one round later, so branching does not add rounds (each level
+    of nesting did). Needs the transformers engine with ``reuse_kv_cache``; other engines decide after the turn."""
     pace: bool = False
     """Spend the budget in flight: the base probability at a boundary is at least :func:`paced_rate` (the task's
     leaves left spread evenly over the turns its running paths have left), so a tree whose paths reach the turn

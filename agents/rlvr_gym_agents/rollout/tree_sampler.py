@@ -10,7 +10,11 @@ Per task the sampler grows a :class:`~rlvr_gym_agents.rollout.tree.RolloutTree` 
    entropies give H_t, and the path branches *at that boundary* with probability
    clip((alpha + w (H_t - H_init)) (1 - lambda l), 0, 1) (:mod:`rlvr_gym_agents.rollout.branching`). The
    child gets ``env.fork()`` of the state before the parent's step and the parent's KV cache rewound to the
-   boundary, so the shared prefix is never generated or prefilled again.
+   boundary, so the shared prefix is never generated or prefilled again. The child generates its first turn in
+   the next round. With ``branch.at_boundary`` the decision comes before the turn, from the entropy of its first
+   token's distribution (the transformers engine's ``fork`` hook), and the child decodes in the same round from a
+   copy of the parent's row. With ``branch.pace`` the base probability is at least the rate that spends the task's
+   budget over the turns its running paths have left.
 4. When a task has no running path and fewer than ``n`` paths, the rest of the budget (or its
    ``fallback_share``, in rounds) branches at the task's highest-entropy boundaries (TreeRL EPTree-style), or
    with ``fallback="surprisal"`` before its least likely actions; the env is rebuilt by replaying the actions
@@ -322,15 +326,20 @@ class _Run:
         running = [p for p in running if not self._overflows(p)]
         if not running:
             return
-        generations = self.kv.generate(running)
+        children: list[tuple[_Path, int]] = []  # (child path, row in the round's KV state of its parent)
+        if self.config.branch.at_boundary and self.kv.reuse:  # children join this round's generate call
+            generated, generations = self.kv.generate(running, fork=self._maybe_branch)
+        else:
+            generated, generations = self.kv.generate(running)
+            probe = self.config.branch.probe_tokens
+            for row, (path, generation) in enumerate(zip(running, generations, strict=True)):  # forks before it steps
+                children += [(c, row) for c in self._maybe_branch(path, segment_entropy(generation.entropies, probe))]
         if self.kv.rewind is not None:
             for path in running:
                 if not path.fresh:
                     self.boundaries.setdefault((path.task_index, path.node), []).append((path.path_id, self.kv.rewind))
                     self.boundary_paths.add(path.path_id)
-        children: list[tuple[_Path, int]] = []  # (child path, row in the round's KV state of its parent)
-        for row, (path, generation) in enumerate(zip(running, generations, strict=True)):
-            children += [(c, row) for c in self._maybe_branch(path, generation)]  # forks before the parent steps
+        running = generated
         played = play_turns([p.episode for p in running], generations, self.sampler.chat, self.sampler.step_executor)
         for path, generation, turn in zip(running, generations, played, strict=True):
             self._advance(path, generation, turn)
@@ -357,10 +366,10 @@ class _Run:
             ids += tree.nodes[n].generated_ids + tree.nodes[n].observation_ids
         return ids
 
-    def _maybe_branch(self, path: _Path, generation: Generation) -> list[_Path]:
-        """Records the turn's entropy and creates children at the path's current boundary if drawn."""
+    def _maybe_branch(self, path: _Path, entropy: float) -> list[_Path]:
+        """Records the turn's entropy (its probe's, or its first token's with ``branch.at_boundary``) and creates
+        children at the path's current boundary if drawn."""
         budget, cfg = self.budgets[path.task_index], self.config
-        entropy = segment_entropy(generation.entropies, cfg.branch.probe_tokens)
         if path.node == 0:
             if budget.pilot == path.path_id:
                 self.pilot_entropies[path.path_id] = [entropy]
@@ -459,6 +468,21 @@ def tree_log_keys(metrics: dict[str, Any]) -> dict[str, Any]:
     return flat
 
 
+def _row_copies(fork: Callable[[_Path, float], list[_Path]], paths: list[_Path],
+                children: list[_Path]) -> Callable[[list[float]], list[int]]:
+    """The policy's ``fork`` hook for one generate call over ``paths``: asks ``fork`` for each path's children (given
+    the entropy of its first-token distribution), appends them to ``children`` and returns the row each one copies."""
+    def copies(entropies: list[float]) -> list[int]:
+        rows: list[int] = []
+        for row, (path, entropy) in enumerate(zip(paths, entropies, strict=True)):
+            made = fork(path, entropy)
+            children.extend(made)
+            rows += [row] * len(made)
+        return rows
+
+    return copies
+
+
 class _KVRows:
     """The KV state of a sampling call's running paths: one row per warm path (a path that has run through the
     policy), and the per-round bookkeeping that rewinds a branching parent's row for its children.
@@ -488,11 +512,19 @@ class _KVRows:
         before a round are merged into the state once, at its generate call."""
         self.joining.append((path_id, row))
 
-    def generate(self, running: list[_Path]) -> list[Generation]:
-        """One turn per running path, in ``running`` order: one generate call for the warm rows (their state
-        selected) and one for the fresh rows (full contexts); their states are merged for :meth:`rebuild`."""
+    def generate(self, running: list[_Path], fork: Callable[[_Path, float], list[_Path]] | None = None
+                 ) -> tuple[list[_Path], list[Generation]]:
+        """One turn per running path: one generate call for the warm rows (their state selected) and one for the fresh
+        rows (full contexts); their states are merged for :meth:`rebuild`. With ``fork`` (``branch.at_boundary``)
+        each call asks it, per path and with the entropy of the path's first-token distribution, for the children to
+        start at the path's boundary; they decode in the same call, from a copy of the path's row.
+
+        Returns:
+            The paths that generated (``running``, then the children in the order made) and their generations.
+        """
         if not self.reuse:
-            return self.policy.generate([self.context_ids(p) for p in running], self.sampling)[0]
+            return running, self.policy.generate([self.context_ids(p) for p in running], self.sampling)[0]
+        made: list[_Path] = []
         if self.joining:
             parts = [self.state] if self.state is not None else []
             self.state = merge_kv_states(parts + [row for _, row in self.joining])
@@ -503,24 +535,29 @@ class _KVRows:
         out: dict[int, Generation] = {}
         states, order = [], []
         self.rewind = None
-        if warm:
-            rows = [self.rows.index(p.path_id) for p in warm]
-            state = self.state if rows == list(range(len(self.state))) else self.state.select(rows)
-            self.rewind = RewindInfo.of(state, [p.path_id for p in warm])
-            gens, state = self.policy.generate([p.episode.feed_ids for p in warm], self.sampling, state)
-            out.update({p.path_id: g for p, g in zip(warm, gens, strict=True)})
+        for paths in (warm, fresh):
+            if not paths:
+                continue
+            state = None
+            if paths is warm:
+                rows = [self.rows.index(p.path_id) for p in warm]
+                state = self.state if rows == list(range(len(self.state))) else self.state.select(rows)
+                self.rewind = RewindInfo.of(state, [p.path_id for p in warm])
+            children: list[_Path] = []
+            copies = None if fork is None else _row_copies(fork, paths, children)
+            assert isinstance(self.policy, TransformersPolicy)  # the KV cache is reused with this engine only
+            gens, state = self.policy.generate([p.episode.feed_ids for p in paths], self.sampling, state, copies)
+            rows_of = paths + children
+            made += children
+            out.update({p.path_id: g for p, g in zip(rows_of, gens, strict=True)})
             states.append(state)
-            order += [p.path_id for p in warm]
-        if fresh:
-            gens, state = self.policy.generate([p.episode.feed_ids for p in fresh], self.sampling)
-            out.update({p.path_id: g for p, g in zip(fresh, gens, strict=True)})
-            states.append(state)
-            order += [p.path_id for p in fresh]
+            order += [p.path_id for p in rows_of]
+        generated = running + made
         merged = merge_kv_states(states)
-        if order != [p.path_id for p in running]:
-            merged = merged.select([order.index(p.path_id) for p in running])
+        if order != [p.path_id for p in generated]:
+            merged = merged.select([order.index(p.path_id) for p in generated])
         self.post_state = merged
-        return [out[p.path_id] for p in running]
+        return generated, [out[p.path_id] for p in generated]
 
     def rebuild(self, running: list[_Path], children: list[tuple[_Path, int]]) -> None:
         """The next round's state: the surviving running rows, then each warm child's copy of its parent's row rewound
