@@ -306,11 +306,11 @@ def test_fallback_branches_start_from_the_kept_kv_row_of_their_path(tokenizer: A
     """A fallback branch at a boundary its global path generated from warm starts from that path's kept KV row,
     rewound to the boundary, and feeds only the boundary's observation (not its whole context): the leaves'
     log-probs are still those of a full forward pass over each leaf's ids."""
-    from rlvr_gym_agents.rollout import tree_sampler
+    from rlvr_gym_agents.rollout import tree_kv
 
     warm_starts: list[int] = []
-    add_row = tree_sampler._KVRows.add_row
-    monkeypatch.setattr(tree_sampler._KVRows, "add_row",
+    add_row = tree_kv.KVRows.add_row
+    monkeypatch.setattr(tree_kv.KVRows, "add_row",
                         lambda self, path_id, row: (warm_starts.append(path_id), add_row(self, path_id, row))[1])
     policy = _policy(tokenizer)
     sampler = TreeSampler(policy, ChatFormat(tokenizer),
@@ -327,13 +327,13 @@ def test_kept_kv_rows_are_only_those_a_fallback_branch_may_use_and_go_with_the_c
         tokenizer: Any, monkeypatch: pytest.MonkeyPatch, branch: BranchConfig, fallbacks: bool) -> None:
     """A finished path's row is kept only while a boundary names the path and its task has budget left, and none
     outlives ``sample()`` (the run is only freed by the cyclic collector, so it must not hold them)."""
-    from rlvr_gym_agents.rollout import tree_sampler
+    from rlvr_gym_agents.rollout import tree_kv, tree_sampler
 
     runs: list[Any] = []
     kept_sizes: list[int] = []
-    loop, rebuild = tree_sampler._Run.loop, tree_sampler._KVRows.rebuild
+    loop, rebuild = tree_sampler._Run.loop, tree_kv.KVRows.rebuild
     monkeypatch.setattr(tree_sampler._Run, "loop", lambda self: (runs.append(self), loop(self))[1])
-    monkeypatch.setattr(tree_sampler._KVRows, "rebuild", lambda self, running, children: (
+    monkeypatch.setattr(tree_kv.KVRows, "rebuild", lambda self, running, children: (
         rebuild(self, running, children), kept_sizes.append(sum(len(rows) for rows in self.finished.values())))[1])
     sampler = TreeSampler(_policy(tokenizer), ChatFormat(tokenizer),
                           TreeSamplerConfig(num_leaves=4, branch=branch, global_samples=1), env_factory=_make_echo)
@@ -350,11 +350,11 @@ def test_kept_kv_rows_are_only_those_a_fallback_branch_may_use_and_go_with_the_c
 def test_rewound_childrens_holes_are_compacted_away_each_round(tokenizer: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Children rewound by masking leave holes in every row of the batch; each round's rebuild compacts them away (the
     longest row fills at least 90% of the width), and every sampled token's log-prob is still a full forward pass's."""
-    from rlvr_gym_agents.rollout import tree_sampler
+    from rlvr_gym_agents.rollout import tree_kv
 
     fill: list[float] = []
     shrunk: list[bool] = []
-    rebuild = tree_sampler._KVRows.rebuild
+    rebuild = tree_kv.KVRows.rebuild
 
     def spy(self: Any, running: Any, children: Any) -> None:
         before = None if self.post_state is None else self.post_state.attention_mask.shape[1]
@@ -364,7 +364,7 @@ def test_rewound_childrens_holes_are_compacted_away_each_round(tokenizer: Any, m
             fill.append(float(mask.sum(dim=1).max()) / mask.shape[1])
             shrunk.append(mask.shape[1] < before)
 
-    monkeypatch.setattr(tree_sampler._KVRows, "rebuild", spy)
+    monkeypatch.setattr(tree_kv.KVRows, "rebuild", spy)
     policy = _policy(tokenizer)
     sampler = TreeSampler(policy, ChatFormat(tokenizer), TreeSamplerConfig(num_leaves=4, branch=ALWAYS),
                           env_factory=_make_echo)

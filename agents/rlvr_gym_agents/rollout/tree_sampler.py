@@ -45,7 +45,7 @@ import rlvr_gym
 from rlvr_gym import Env, Failure, Task
 from rlvr_gym_agents.policy import Generation, Policy, SamplingParams, TransformersPolicy
 from rlvr_gym_agents.policy.chat import ChatFormat
-from rlvr_gym_agents.policy.kv import RewindInfo, merge_kv_states
+from rlvr_gym_agents.policy.kv import RewindInfo
 from rlvr_gym_agents.rollout.branching import (
     FALLBACK_SCORES,
     BranchConfig,
@@ -57,6 +57,7 @@ from rlvr_gym_agents.rollout.branching import (
 )
 from rlvr_gym_agents.rollout.episode import PlayedTurn, PolicyEpisode, play_turns
 from rlvr_gym_agents.rollout.tree import RolloutTree, TreeRollout, tree_metrics
+from rlvr_gym_agents.rollout.tree_kv import KVRows
 from rlvr_gym_agents.rollout.types import RolloutBatch
 
 
@@ -177,7 +178,7 @@ class _Run:
         self.trees = [RolloutTree(task, group=i) for i, task in enumerate(tasks)]
         self.budgets = [self._budget() for _ in tasks]
         self.paths: list[_Path] = []
-        self.kv = _KVRows(sampler.policy, sampling, sampler.reuse_kv_cache, self._context_ids, self._keeps_row)
+        self.kv = KVRows(sampler.policy, sampling, sampler.reuse_kv_cache, self._context_ids, self._keeps_row)
         self.next_path_id = 0
         self.num_globals = [0] * len(tasks)
         self.num_branches = [0] * len(tasks)
@@ -466,119 +467,3 @@ def tree_log_keys(metrics: dict[str, Any]) -> dict[str, Any]:
         else:
             flat[f"tree/{name}"] = value
     return flat
-
-
-def _row_copies(fork: Callable[[_Path, float], list[_Path]], paths: list[_Path],
-                children: list[_Path]) -> Callable[[list[float]], list[int]]:
-    """The policy's ``fork`` hook for one generate call over ``paths``: asks ``fork`` for each path's children (given
-    the entropy of its first-token distribution), appends them to ``children`` and returns the row each one copies."""
-    def copies(entropies: list[float]) -> list[int]:
-        rows: list[int] = []
-        for row, (path, entropy) in enumerate(zip(paths, entropies, strict=True)):
-            made = fork(path, entropy)
-            children.extend(made)
-            rows += [row] * len(made)
-        return rows
-
-    return copies
-
-
-class _KVRows:
-    """The KV state of a sampling call's running paths: one row per warm path (a path that has run through the
-    policy), and the per-round bookkeeping that rewinds a branching parent's row for its children.
-
-    With ``reuse_kv_cache`` off every call passes each path's full context (``context_ids(path)``) instead.
-    """
-
-    def __init__(self, policy: Policy, sampling: SamplingParams, reuse_kv_cache: bool,
-                 context_ids: Callable[[_Path], list[int]], keeps_row: Callable[[_Path], bool]) -> None:
-        self.policy, self.sampling, self.reuse, self.context_ids = policy, sampling, reuse_kv_cache, context_ids
-        self.keeps_row = keeps_row  # whether a finished path's row may serve a fallback branch
-        self.state: Any = None  # rows: the warm running paths
-        self.rows: list[int] = []  # the path id of each row of ``state``
-        self.post_state: Any = None  # this round's state after generation, rows in ``running`` order
-        self.rewind: RewindInfo | None = None  # the warm rows before this round's call
-        self.finished: dict[int, dict[int, Any]] = {}  # task -> path id -> the one-row state the path ended with
-        self.joining: list[tuple[int, Any]] = []  # (path id, one-row state) added since the last round
-
-    def kept_row(self, task_index: int, path_id: int, rewind: RewindInfo) -> Any:
-        """A copy of finished path ``path_id``'s row rewound by ``rewind`` (a snapshot of a round in which it was
-        warm: the row's first real slots, by position), or None when the path has no kept row."""
-        kept = self.finished.get(task_index, {}).get(path_id)
-        return None if kept is None else rewind.apply(kept.select([0], spare_slots=False), path_id)
-
-    def add_row(self, path_id: int, row: Any) -> None:
-        """Adds a one-row state for a path joining between rounds (a fallback branch started warm); the rows joining
-        before a round are merged into the state once, at its generate call."""
-        self.joining.append((path_id, row))
-
-    def generate(self, running: list[_Path], fork: Callable[[_Path, float], list[_Path]] | None = None
-                 ) -> tuple[list[_Path], list[Generation]]:
-        """One turn per running path: one generate call for the warm rows (their state selected) and one for the fresh
-        rows (full contexts); their states are merged for :meth:`rebuild`. With ``fork`` (``branch.at_boundary``)
-        each call asks it, per path and with the entropy of the path's first-token distribution, for the children to
-        start at the path's boundary; they decode in the same call, from a copy of the path's row.
-
-        Returns:
-            The paths that generated (``running``, then the children in the order made) and their generations.
-        """
-        if not self.reuse:
-            return running, self.policy.generate([self.context_ids(p) for p in running], self.sampling)[0]
-        made: list[_Path] = []
-        if self.joining:
-            parts = [self.state] if self.state is not None else []
-            self.state = merge_kv_states(parts + [row for _, row in self.joining])
-            self.rows += [path_id for path_id, _ in self.joining]
-            self.joining = []
-        warm = [p for p in running if not p.fresh]
-        fresh = [p for p in running if p.fresh]
-        out: dict[int, Generation] = {}
-        states, order = [], []
-        self.rewind = None
-        for paths in (warm, fresh):
-            if not paths:
-                continue
-            state = None
-            if paths is warm:
-                rows = [self.rows.index(p.path_id) for p in warm]
-                state = self.state if rows == list(range(len(self.state))) else self.state.select(rows)
-                self.rewind = RewindInfo.of(state, [p.path_id for p in warm])
-            children: list[_Path] = []
-            copies = None if fork is None else _row_copies(fork, paths, children)
-            assert isinstance(self.policy, TransformersPolicy)  # the KV cache is reused with this engine only
-            gens, state = self.policy.generate([p.episode.feed_ids for p in paths], self.sampling, state, copies)
-            rows_of = paths + children
-            made += children
-            out.update({p.path_id: g for p, g in zip(rows_of, gens, strict=True)})
-            states.append(state)
-            order += [p.path_id for p in rows_of]
-        generated = running + made
-        merged = merge_kv_states(states)
-        if order != [p.path_id for p in generated]:
-            merged = merged.select([order.index(p.path_id) for p in generated])
-        self.post_state = merged
-        return generated, [out[p.path_id] for p in generated]
-
-    def rebuild(self, running: list[_Path], children: list[tuple[_Path, int]]) -> None:
-        """The next round's state: the surviving running rows, then each warm child's copy of its parent's row rewound
-        to the branch boundary by masking the round's slots (a fresh parent's child is fresh too and feeds its full
-        context), selected in one copy and compacted (:meth:`KVState.compact`) when holes take a tenth of it."""
-        post_state = self.post_state
-        if post_state is None:
-            return
-        for row, path in enumerate(running):
-            if path.done and self.keeps_row(path):  # for fallback branches at its boundaries
-                self.finished.setdefault(path.task_index, {})[path.path_id] = post_state.select([row], spare_slots=False)
-        keep = [row for row, p in enumerate(running) if not p.done]
-        warm_children = [(child, row) for child, row in children if not child.fresh]
-        rows = keep + [row for _, row in warm_children]
-        self.rows = [running[row].path_id for row in keep] + [child.path_id for child, _ in warm_children]
-        if not rows:
-            self.state = None
-        else:
-            self.state = post_state if rows == list(range(len(running))) else post_state.select(rows)
-            for index, (_, row) in enumerate(warm_children, start=len(keep)):
-                assert self.rewind is not None  # a warm child's parent was a warm row of this round
-                self.rewind.mask_row(self.state, index, running[row].path_id)
-            self.state.compact()  # the holes of rewound children and of stopped rows
-        self.post_state = None
