@@ -83,8 +83,7 @@ def paced_rate(leaves_left: int, turns_left: int, running_paths: int) -> float:
     by ``running_paths`` paths, r = leaves_left / (turns_left * running_paths), clipped to [0, 1].
 
     With one global sample, 7 leaves left and 9 turns left the first boundary branches with 7/9; branch depths come
-    out spread over the whole episode (as the fallback's highest-entropy boundaries are, measured), but every branch
-    starts while its path runs. Raises ValueError for a count below 0 (or below 1 for ``turns_left`` and
+    out spread over the whole episode, and every branch starts while its path runs. Raises ValueError for a count below 0 (or below 1 for ``turns_left`` and
     ``running_paths``)."""
     if leaves_left < 0 or turns_left < 1 or running_paths < 1:
         raise ValueError(f"need leaves_left >= 0, turns_left >= 1 and running_paths >= 1, got {leaves_left}, "
@@ -129,8 +128,8 @@ class BranchConfig:
     pace: bool = False
     """Spend the budget in flight: the base probability at a boundary is at least :func:`paced_rate` (the task's
     leaves left spread evenly over the turns its running paths have left), so a tree whose paths reach the turn
-    limit is complete then, not after a second phase of fallback branches (which doubles the rounds, and the model
-    passes, of a batch). Fallback still spends what paths that end early leave."""
+    limit is complete then, not after a second phase of fallback branches (whose rounds, and model passes, come on
+    top of the paths'). Fallback still spends what paths that end early leave."""
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.alpha <= 1.0 or self.consecutive_penalty < 0 or self.probe_tokens < 1:

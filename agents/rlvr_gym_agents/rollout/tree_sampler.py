@@ -402,9 +402,10 @@ class _Run:
         return paced_rate(self.config.num_leaves - self.budgets[path.task_index].started, limit - turn, max(1, running))
 
     def _fork(self, path: _Path) -> _Path | None:
-        """A child of ``path`` at its current boundary. A warm parent's child gets the parent's KV row rewound to the
-        boundary (:meth:`_rebuild_state`); a fresh parent's (a replayed fallback branch in its first round) is fresh
-        too and feeds the same full context."""
+        """A child of ``path`` at its current boundary. Decided after the turn, a warm parent's child gets the parent's
+        KV row rewound to the boundary (:meth:`KVRows.rebuild`) and a fresh parent's (a replayed fallback branch in its
+        first round) is fresh too and feeds the same full context; decided at the boundary, the child is a copy of the
+        parent's row in the round's generate call (:meth:`KVRows.generate`)."""
         try:
             episode = path.episode.fork()
         except Exception:  # noqa: BLE001  # a failed fork only costs the branch; refilled from the prompt
