@@ -5,13 +5,15 @@ Usage::
     .venv/bin/python benchmarks/tree_vs_flat.py [--model runs/quickstart-seed0/checkpoint] [--tasks 8]
         [--leaves 8] [--seeds 3] [--global-samples 1 2 4] [--alphas 0.5 0.2] [--suite textworld/starter-train]
         [--max-new-tokens 10] [--no-pre-monitoring] [--tree-set fallback=surprisal branch.alpha=0 ...]
+        [--recipe-also branch.pace_horizon=0.5 branch.pace=false,branch.alpha=0.2 ...]
 
 For each seed, the same tasks (``--suite``, default the quickstart's training suite) are rolled out
 ``--leaves`` times per task twice, in alternating order so a loaded machine slows both alike: flat
 (:func:`rlvr_gym_agents.rollout.run_episodes`, KV cache reused across turns, the baseline) and as trees
 (:class:`rlvr_gym_agents.rollout.tree_sampler.TreeSampler`, entropy-balanced branching with ``m`` global samples per
 task, one line per ``--global-samples`` value, and AEPO pre-monitoring; and the tree settings of
-``agents/recipes/textworld-tree.yaml``, unless ``--no-recipe-tree``). Prints, per configuration: generated
+``agents/recipes/textworld-tree.yaml``, unless ``--no-recipe-tree``, and that recipe's tree with other settings,
+one variant per ``--recipe-also`` argument). Prints, per configuration: generated
 tokens per leaf, wall seconds per leaf, CPU seconds per leaf (the process's own: with ``--threads 1`` the work,
 which a loaded machine disturbs less than the wall time), success rate per leaf, distinct successful action sequences per task,
 turns per leaf, the share of tasks whose leaves do not all succeed or all fail ("mixed": the groups a
@@ -183,6 +185,26 @@ def run_tree(
     return stats
 
 
+def build_variants(args: argparse.Namespace) -> dict[str, TreeSamplerConfig | None]:
+    """The variants to compare, by name: ``flat`` (None), the recipe's tree, one per ``--recipe-also`` argument (the
+    recipe's tree with those settings on top of ``--tree-set``), one per (alpha, m) and per alpha with
+    pre-monitoring."""
+    variants: dict[str, TreeSamplerConfig | None] = {"flat": None}
+    settings = tree_overrides(args.tree_set)
+    if args.recipe_tree:
+        variants["tree (recipe)"] = recipe_tree_config(args.leaves, settings)
+    for extra in args.recipe_also:
+        variants[f"recipe {extra}"] = recipe_tree_config(args.leaves, {**settings, **tree_overrides(extra.split(","))})
+    for alpha in args.alphas:
+        branch = BranchConfig(alpha=alpha)
+        for m in args.global_samples:
+            variants[f"tree a={alpha} m={m}"] = tree_config(args.leaves, settings, global_samples=m, branch=branch)
+        if args.pre_monitoring:
+            variants[f"tree a={alpha} pre-mon"] = tree_config(args.leaves, settings, pre_monitoring=True,
+                                                              branch=branch)
+    return variants
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=None, help="model directory (default: the quickstart checkpoint)")
@@ -190,7 +212,8 @@ def main() -> None:
     parser.add_argument("--leaves", type=int, default=8, help="leaves (episodes) per task")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--global-samples", type=int, nargs="+", default=[1, 2, 4], help="m values to try")
-    parser.add_argument("--alphas", type=float, nargs="+", default=[0.5, 0.2], help="base branch probabilities")
+    parser.add_argument("--alphas", type=float, nargs="*", default=[0.5, 0.2],
+                        help="base branch probabilities (none: only flat and the recipe's tree variants)")
     parser.add_argument("--suite", default=None, help="task suite (default: the quickstart's env.train_suite)")
     parser.add_argument("--max-new-tokens", type=int, default=None, help="default: the quickstart's (10)")
     parser.add_argument("--threads", type=int, default=1)
@@ -200,22 +223,15 @@ def main() -> None:
                         help=f"also run the tree settings of {TREE_RECIPE} (the shipped tree recipe)")
     parser.add_argument("--tree-set", nargs="*", default=[], metavar="KEY=VALUE",
                         help="tree settings for every tree variant, e.g. fallback=surprisal branch.entropy_weight=0")
+    parser.add_argument("--recipe-also", nargs="*", default=[], metavar="KEY=VALUE[,KEY=VALUE]",
+                        help="more variants of the recipe's tree, one per argument, with these settings on top, run "
+                             "in the same alternation (e.g. branch.pace_horizon=0.5)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     recipe = load_config(RECIPE)
     suite = load_suite(args.suite or recipe.env.train_suite or "textworld/starter-train").tasks
     sampling = SamplingParams(temperature=1.0, max_new_tokens=args.max_new_tokens or recipe.rollout.max_new_tokens)
-    variants: dict[str, TreeSamplerConfig | None] = {"flat": None}
-    settings = tree_overrides(args.tree_set)
-    if args.recipe_tree:
-        variants["tree (recipe)"] = recipe_tree_config(args.leaves, settings)
-    for alpha in args.alphas:
-        branch = BranchConfig(alpha=alpha)
-        for m in args.global_samples:
-            variants[f"tree a={alpha} m={m}"] = tree_config(args.leaves, settings, global_samples=m, branch=branch)
-        if args.pre_monitoring:
-            variants[f"tree a={alpha} pre-mon"] = tree_config(args.leaves, settings, pre_monitoring=True,
-                                                              branch=branch)
+    variants = build_variants(args)
     results: dict[str, list[dict[str, float]]] = {name: [] for name in variants}
     for seed in range(args.seeds):
         policy, chat = load_policy(args.model, seed)
@@ -237,9 +253,10 @@ def main() -> None:
 def report(results: dict[str, list[dict[str, float]]], leaves: int) -> None:
     means = {name: {k: statistics.mean(s[k] for s in runs) for k in runs[0]} for name, runs in results.items()}
     base = means["flat"]
+    width = max(24, *(len(name) for name in results))
     print("\nmeans over seeds (ratio = tree / flat)")
     header = (
-        f"{'variant':<24} {'tokens/leaf':>12} {'ratio':>6} {'s/leaf':>8} {'ratio':>6} {'cpu s/leaf':>10} {'ratio':>6} "
+        f"{'variant':<{width}} {'tokens/leaf':>12} {'ratio':>6} {'s/leaf':>8} {'ratio':>6} {'cpu s/leaf':>10} {'ratio':>6} "
         f"{'success':>8} "
         f"{'distinct wins/task':>18} {'turns/leaf':>10} {'mixed tasks':>11} {'per 1k tok':>10} "
         f"{'success global/branched':>24} {'branch depth':>12}"
@@ -247,7 +264,7 @@ def report(results: dict[str, list[dict[str, float]]], leaves: int) -> None:
     print(header)
     for name, mean in means.items():
         print(
-            f"{name:<24} {mean['tokens_per_leaf']:>12.1f} {mean['tokens_per_leaf'] / base['tokens_per_leaf']:>6.2f} "
+            f"{name:<{width}} {mean['tokens_per_leaf']:>12.1f} {mean['tokens_per_leaf'] / base['tokens_per_leaf']:>6.2f} "
             f"{mean['seconds_per_leaf']:>8.3f} {mean['seconds_per_leaf'] / base['seconds_per_leaf']:>6.2f} "
             f"{mean['cpu_seconds_per_leaf']:>10.3f} "
             f"{mean['cpu_seconds_per_leaf'] / base['cpu_seconds_per_leaf']:>6.2f} "
@@ -257,10 +274,10 @@ def report(results: dict[str, list[dict[str, float]]], leaves: int) -> None:
                if "branch_depth" in mean else "")
         )
     print("\nmodel forward passes per batch (what the time follows: a pass costs a fixed overhead plus its rows' work)")
-    print(f"{'variant':<24} {'passes':>7} {'ratio':>6} {'rows/pass':>9} {'fed slots/leaf':>14} {'ratio':>6} "
+    print(f"{'variant':<{width}} {'passes':>7} {'ratio':>6} {'rows/pass':>9} {'fed slots/leaf':>14} {'ratio':>6} "
           f"{'ms/decode pass':>14}")
     for name, mean in means.items():
-        print(f"{name:<24} {mean['forward_calls']:>7.1f} {mean['forward_calls'] / base['forward_calls']:>6.2f} "
+        print(f"{name:<{width}} {mean['forward_calls']:>7.1f} {mean['forward_calls'] / base['forward_calls']:>6.2f} "
               f"{mean['rows_per_call']:>9.1f} {mean['fed_slots_per_leaf']:>14.1f} "
               f"{mean['fed_slots_per_leaf'] / base['fed_slots_per_leaf']:>6.2f} {mean['decode_ms_per_call']:>14.2f}")
 

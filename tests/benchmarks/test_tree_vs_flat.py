@@ -69,3 +69,19 @@ def test_the_recipe_variant_is_the_tree_recipes_section_with_the_benchmarks_leav
     assert config.num_leaves == 4 and config.fallback == "surprisal"  # the benchmark's leaves and --tree-set
     assert config.branch == recipe.branch and config.global_samples == recipe.global_samples
     assert config.branch.pace  # the shipped recipe paces its branching
+
+
+def test_recipe_also_adds_recipe_variants_with_their_settings_on_top(bench: ModuleType) -> None:
+    import argparse
+
+    args = argparse.Namespace(leaves=4, tree_set=["fallback=surprisal"], recipe_tree=True, alphas=[],
+                              global_samples=[1], pre_monitoring=True,
+                              recipe_also=["branch.at_boundary=false", "branch.pace=false,branch.alpha=0.2"])
+    variants = bench.build_variants(args)
+    assert list(variants) == ["flat", "tree (recipe)", "recipe branch.at_boundary=false",
+                              "recipe branch.pace=false,branch.alpha=0.2"]  # no alphas: no other tree variants
+    recipe, after_turn, unpaced = (variants[name] for name in list(variants)[1:])
+    assert recipe.branch.at_boundary and not after_turn.branch.at_boundary
+    assert (unpaced.branch.pace, unpaced.branch.alpha) == (False, 0.2) and recipe.branch.pace
+    assert after_turn.fallback == unpaced.fallback == "surprisal"  # --tree-set applies to every variant
+    assert after_turn.branch.pace == recipe.branch.pace and after_turn.num_leaves == 4

@@ -118,7 +118,8 @@ def test_surprisal_fallback_ranks_boundaries_by_the_least_likely_next_action() -
 def test_paced_rate_spreads_the_leaves_left_over_the_turns_and_paths_left() -> None:
     assert paced_rate(7, 9, 1) == pytest.approx(7 / 9)  # one global path, 7 leaves left, 9 turns left
     assert paced_rate(6, 8, 2) == pytest.approx(0.375)  # two paths share the 6 leaves over 8 turns
-    assert paced_rate(5, 1, 2) == 1.0 and paced_rate(0, 3, 1) == 0.0  # clipped; nothing left to spend
+    assert paced_rate(5, 2, 2) == 1.0 and paced_rate(0, 3, 1) == 0.0  # clipped; nothing left to spend
+    assert paced_rate(1, 1, 3) == 1.0 and paced_rate(0, 1, 3) == 0.0  # the last boundary spends what is left
     for bad in ((-1, 3, 1), (2, 0, 1), (2, 3, 0)):
         with pytest.raises(ValueError, match="turns_left >= 1"):
             paced_rate(*bad)

@@ -384,9 +384,11 @@ class _LongEchoEnv(EchoEnv):
 
 
 def test_paced_branching_spends_the_budget_while_the_paths_run(tokenizer: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """With ``pace`` the leaves are started by in-flight branches (no entropy term, alpha 0: the paced rate alone), so
-    fewer come from fallback branches after the paths end and the trees take fewer rounds; the log-probs are a full
-    forward pass's."""
+    """With ``pace`` the leaves are started by in-flight branches (no entropy term, alpha 0: the paced rate alone, no
+    penalty for branching in a row). Every path runs to the 6-turn limit, so the rate 1 at the last boundary spends
+    what is left there (at most as many leaves as paths run: the rate reaches 1 by the third boundary) and no leaf
+    comes from a fallback branch after the paths end; the trees take fewer rounds. The log-probs are a full forward
+    pass's."""
     from rlvr_gym_agents.rollout import tree_sampler
 
     counts = {"rounds": 0, "replayed": 0}
@@ -408,7 +410,8 @@ def test_paced_branching_spends_the_budget_while_the_paths_run(tokenizer: Any, m
         policy = _policy(tokenizer)
         sampler = TreeSampler(policy, ChatFormat(tokenizer),
                               TreeSamplerConfig(num_leaves=4, global_samples=1, seed=3,
-                                                branch=BranchConfig(alpha=0.0, entropy_weight=0.0, pace=pace)),
+                                                branch=BranchConfig(alpha=0.0, entropy_weight=0.0,
+                                                                    consecutive_penalty=0.0, pace=pace)),
                               env_factory=lambda env_id, **kw: _LongEchoEnv(**kw))
         rollout = sampler.sample(echo_tasks(4), SAMPLING)
         assert all(len(tree.leaves()) == 4 for tree in rollout.trees)
@@ -416,7 +419,7 @@ def test_paced_branching_spends_the_budget_while_the_paths_run(tokenizer: Any, m
         if pace:
             assert _check_logps_against_full_forward(policy, rollout.trees) > 20
     assert seen[False]["replayed"] == seen[False]["branches"] == 12  # alpha 0: every branch is a fallback
-    assert seen[True]["branches"] == 12 and seen[True]["replayed"] <= 6
+    assert seen[True]["branches"] == 12 and seen[True]["replayed"] == 0
     assert seen[True]["rounds"] < seen[False]["rounds"]
 
 

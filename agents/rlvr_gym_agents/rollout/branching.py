@@ -80,14 +80,19 @@ def branch_probability(
 def paced_rate(leaves_left: int, turns_left: int, running_paths: int) -> float:
     """The base branch probability that spends a task's budget evenly over the rounds left: ``leaves_left`` children
     over ``turns_left`` boundaries (the turn limit minus the turns played: the rounds a path may still run), shared
-    by ``running_paths`` paths, r = leaves_left / (turns_left * running_paths), clipped to [0, 1].
+    by ``running_paths`` paths, r = leaves_left / (turns_left * running_paths), clipped to [0, 1]. At the last
+    boundary (``turns_left`` 1) r = 1 while leaves are left: it is this path's last chance to start a branch in
+    flight, and the other running paths may be past theirs, so sharing the leaves among them would leave some to
+    fallback branches (which start only after the task's last path ends, in rounds of their own).
 
     With one global sample, 7 leaves left and 9 turns left the first boundary branches with 7/9; branch depths come
-    out spread over the whole episode, and every branch starts while its path runs. Raises ValueError for a count below 0 (or below 1 for ``turns_left`` and
-    ``running_paths``)."""
+    out spread over the whole episode, and every branch starts while its path runs. Raises ValueError for a count
+    below 0 (or below 1 for ``turns_left`` and ``running_paths``)."""
     if leaves_left < 0 or turns_left < 1 or running_paths < 1:
         raise ValueError(f"need leaves_left >= 0, turns_left >= 1 and running_paths >= 1, got {leaves_left}, "
                          f"{turns_left}, {running_paths}")
+    if turns_left == 1:
+        return 1.0 if leaves_left > 0 else 0.0
     return min(1.0, leaves_left / (turns_left * running_paths))
 
 
@@ -130,7 +135,6 @@ class BranchConfig:
     leaves left spread evenly over the turns its running paths have left), so a tree whose paths reach the turn
     limit is complete then, not after a second phase of fallback branches (whose rounds, and model passes, come on
     top of the paths'). Fallback still spends what paths that end early leave."""
-
     def __post_init__(self) -> None:
         if not 0.0 <= self.alpha <= 1.0 or self.consecutive_penalty < 0 or self.probe_tokens < 1:
             raise ValueError("need 0 <= alpha <= 1, consecutive_penalty >= 0 and probe_tokens >= 1")
