@@ -135,6 +135,7 @@ class BranchConfig:
     leaves left spread evenly over the turns its running paths have left), so a tree whose paths reach the turn
     limit is complete then, not after a second phase of fallback branches (whose rounds, and model passes, come on
     top of the paths'). Fallback still spends what paths that end early leave."""
+
     def __post_init__(self) -> None:
         if not 0.0 <= self.alpha <= 1.0 or self.consecutive_penalty < 0 or self.probe_tokens < 1:
             raise ValueError("need 0 <= alpha <= 1, consecutive_penalty >= 0 and probe_tokens >= 1")
