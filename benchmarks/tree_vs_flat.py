@@ -5,7 +5,7 @@ Usage::
     .venv/bin/python benchmarks/tree_vs_flat.py [--model runs/quickstart-seed0/checkpoint] [--tasks 8]
         [--leaves 8] [--seeds 3] [--global-samples 1 2 4] [--alphas 0.5 0.2] [--suite textworld/starter-train]
         [--max-new-tokens 10] [--no-pre-monitoring] [--tree-set fallback=surprisal branch.alpha=0 ...]
-        [--recipe-also branch.pace_horizon=0.5 branch.pace=false,branch.alpha=0.2 ...]
+        [--recipe-also branch.at_boundary=false branch.pace=false,branch.alpha=0.2 ...]
 
 For each seed, the same tasks (``--suite``, default the quickstart's training suite) are rolled out
 ``--leaves`` times per task twice, in alternating order so a loaded machine slows both alike: flat
@@ -225,7 +225,7 @@ def main() -> None:
                         help="tree settings for every tree variant, e.g. fallback=surprisal branch.entropy_weight=0")
     parser.add_argument("--recipe-also", nargs="*", default=[], metavar="KEY=VALUE[,KEY=VALUE]",
                         help="more variants of the recipe's tree, one per argument, with these settings on top, run "
-                             "in the same alternation (e.g. branch.pace_horizon=0.5)")
+                             "in the same alternation (e.g. branch.at_boundary=false)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     recipe = load_config(RECIPE)
