@@ -211,3 +211,47 @@ def test_rows_kept_without_spare_slots_and_selected_like_a_dynamic_layer() -> No
     trained.update(_slots(3, 0.0).requires_grad_(), _slots(3, 1.0).requires_grad_())
     trained.batch_select_indices(torch.tensor([0, 0]))  # keys that require grad: indexing, as DynamicLayer does
     assert trained.keys.shape == (2, 3, 3, 4) and trained.keys.requires_grad
+
+
+def test_rows_append_in_place_into_spare_rows_and_reallocate_when_they_run_out() -> None:
+    layer = GrowableLayer()
+    layer.update(_slots(5, 0.0), _slots(5, 1.0) * torch.tensor([1.0, -1.0])[:, None, None, None])
+    keys, values = layer.keys.clone(), layer.values.clone()
+    layer.batch_select_indices(torch.tensor([0, 1]), spare_rows=3)
+    buffer = layer._key_buffer
+    assert buffer.shape[0] == 5 and layer.keys.shape == (2, 3, 5, 4)
+    layer.append_rows(torch.tensor([1, 1]))  # two children of row 1: written into spare rows, nothing copied
+    assert layer._key_buffer is buffer and torch.equal(layer.keys, keys[[0, 1, 1, 1]])
+    assert torch.equal(layer.values, values[[0, 1, 1, 1]])
+    new_keys, _ = layer.update(torch.full((4, 3, 1, 4), 9.0), torch.full((4, 3, 1, 4), 9.0))  # all four rows decode
+    assert layer._key_buffer is buffer and new_keys.shape == (4, 3, 6, 4)
+    assert torch.equal(new_keys[:, :, :5], keys[[0, 1, 1, 1]]) and torch.equal(new_keys[:, :, 5], torch.full((4, 3, 4), 9.0))
+    layer.append_rows(torch.tensor([0, 2]))  # one spare row left for two: every row copied once, spare rows again
+    assert layer._key_buffer is not buffer and layer._key_buffer.shape[0] == 12
+    assert torch.equal(layer.keys, new_keys[[0, 1, 2, 3, 0, 2]])
+    twin = copy.copy(layer)  # a shallow copy sees none of the rows appended after it
+    layer.append_rows(torch.tensor([5]))
+    assert twin.keys.shape[0] == 6 and layer.keys.shape[0] == 7 and torch.equal(layer.keys[6], new_keys[2])
+
+
+def test_appended_state_rows_equal_selected_ones_and_compaction_keeps_spare_rows() -> None:
+    state = _state([6, 4, 5], 1.0)
+    state.pending = [[1], [2], [3]]
+    state.cache.layers[0].keys[1] += 10.0  # rows that differ
+    expected = state.select([0, 1, 2, 2, 0])
+    grown = state.select([0, 1, 2], spare_rows=2)
+    assert grown.append_rows([2, 0]) is grown
+    assert torch.equal(grown.cache.layers[0].keys, expected.cache.layers[0].keys)
+    assert torch.equal(grown.cache.layers[0].values, expected.cache.layers[0].values)
+    assert torch.equal(grown.attention_mask, expected.attention_mask)
+    assert grown.next_position.tolist() == [6, 4, 5, 5, 6] and grown.pending == [[1], [2], [3], [3], [1]]
+    grown.pending[3].append(4)  # a child's pending ids are its own
+    assert grown.pending[2] == [3]
+    spare = state.select([0, 1], spare_rows=4)
+    spare.compact(min_saving=0.0)  # drops row 1's holes; the spare rows stay
+    buffer = spare.cache.layers[0]._key_buffer
+    assert buffer.shape[0] == 6 and spare.attention_mask.tolist() == [[1] * 6, [0, 0, 1, 1, 1, 1]]
+    spare.append_rows([1])
+    assert spare.cache.layers[0]._key_buffer is buffer and len(spare) == 3
+    merged = merge_kv_states([_state([3], 1.0), _state([2], 2.0)], spare_rows=2)
+    assert merged.cache.layers[0]._key_buffer.shape[0] == 4 and merged.cache.layers[0].keys.shape[0] == 2

@@ -428,14 +428,25 @@ def test_children_decided_at_the_boundary_decode_in_their_parents_round(
         tokenizer: Any, monkeypatch: pytest.MonkeyPatch, at_boundary: bool) -> None:
     """Deciding after the turn, a child generates its first turn one round after its parent's, so every level of
     nesting adds a round; deciding at the boundary (``branch.at_boundary``) it decodes in its parent's round from a
-    copy of its row: trees of paths that all run to the 6-turn limit take exactly 6 rounds. The log-probs are a full
-    forward pass's either way."""
+    copy of its row: trees of paths that all run to the 6-turn limit take exactly 6 rounds. The children's rows are
+    written into the spare rows the state keeps for the leaves not started (no copy of the other rows), except at the
+    first fork, from the prompt's state, which has none. The log-probs are a full forward pass's either way."""
+    from rlvr_gym_agents.policy.kv import GrowableLayer
     from rlvr_gym_agents.rollout import tree_sampler
 
     rounds = [0]
     round_ = tree_sampler._Run._round
     monkeypatch.setattr(tree_sampler._Run, "_round", lambda self, running: (rounds.__setitem__(0, rounds[0] + 1),
                                                                             round_(self, running))[1])
+    forks = {"in place": 0, "copied": 0}
+    append_rows = GrowableLayer.append_rows
+
+    def count_forks(self: GrowableLayer, indices: Any) -> None:
+        buffer = self._key_buffer
+        append_rows(self, indices)
+        forks["in place" if self._key_buffer is buffer else "copied"] += 1
+
+    monkeypatch.setattr(GrowableLayer, "append_rows", count_forks)
     policy = _policy(tokenizer)
     sampler = TreeSampler(policy, ChatFormat(tokenizer),
                           TreeSamplerConfig(num_leaves=4, global_samples=1,
@@ -445,4 +456,6 @@ def test_children_decided_at_the_boundary_decode_in_their_parents_round(
     assert all(len(tree.leaves()) == 4 for tree in rollout.trees) and rollout.metrics["branches"] == 9
     assert all(len(tree.path(leaf)) == 7 for tree in rollout.trees for leaf in tree.leaves())  # root + 6 turns
     assert (rounds[0] == 6) == at_boundary and rounds[0] >= 6
+    layers = policy.model.config.num_hidden_layers
+    assert forks == ({"in place": layers, "copied": layers} if at_boundary else {"in place": 0, "copied": 0})
     assert _check_logps_against_full_forward(policy, rollout.trees) > 20

@@ -4,7 +4,8 @@
   of buffers with spare slots, doubling when full instead of running ``torch.cat`` over the whole cache every
   decoding step.
 - :class:`KVState`: the cache of a batch of rows with the holes left by left-padding, explicit position ids and the
-  ids sampled but not yet run. ``state.select([0, 0, 1])`` copies rows (branching from a prefix).
+  ids sampled but not yet run. ``state.select([0, 0, 1])`` copies rows into a new state; ``state.append_rows([1])``
+  adds a copy of row 1 in place, into spare rows when the buffers have them (branching from a prefix).
 - :class:`RewindInfo` / :func:`merge_kv_states`: tree rollouts rewind a row to a turn boundary by keeping the
   real slots it had at a snapshot (cutting the later ones out, or masking them as holes in a batch), and stack rows
   of several states padding shorter caches with hole slots (positions are explicit, so a hole changes nothing a
@@ -28,18 +29,21 @@ MIN_CAPACITY = 64
 
 
 class GrowableLayer(DynamicLayer):
-    """A ``DynamicLayer`` whose ``keys``/``values`` (B, heads, slots, head_dim) are views of larger buffers.
+    """A ``DynamicLayer`` whose ``keys``/``values`` (B, heads, slots, head_dim) are views of larger buffers: the
+    first B rows and the first ``slots`` slots of (rows capacity, heads, slots capacity, head_dim) tensors.
 
     ``update`` writes the new slots after the filled ones and reallocates (capacity doubled, at least
-    :data:`MIN_CAPACITY`) only when they do not fit. Assigning ``keys`` or ``values`` makes the assigned tensor
-    the buffer (no spare slots), so code written for ``DynamicLayer`` keeps working. A shallow copy shares
-    only the filled part: the next write of either layer never lands in slots the other can see.
+    :data:`MIN_CAPACITY`) only when they do not fit; ``append_rows`` writes copies of rows after the filled rows
+    (a tree's children) and reallocates only when the spare rows run out. Assigning ``keys`` or ``values`` makes the
+    assigned tensor the buffer (no spare slots or rows), so code written for ``DynamicLayer`` keeps working. A
+    shallow copy shares only the filled part: the next write of either layer never lands where the other can see.
     """
 
     def __init__(self, **kwargs: Any) -> None:
         self._key_buffer: torch.Tensor | None = None
         self._value_buffer: torch.Tensor | None = None
         self._length = 0
+        self._rows = 0
         super().__init__(**kwargs)
 
     @property  # type: ignore[override]
@@ -50,7 +54,8 @@ class GrowableLayer(DynamicLayer):
     @keys.setter
     def keys(self, tensor: torch.Tensor | None) -> None:
         self._key_buffer = tensor
-        self._length = tensor.shape[-2] if tensor is not None and tensor.dim() == 4 else 0
+        shaped = tensor is not None and tensor.dim() == 4
+        self._length, self._rows = (tensor.shape[-2], tensor.shape[0]) if shaped else (0, 0)  # type: ignore[union-attr]
 
     @property  # type: ignore[override]
     def values(self) -> torch.Tensor | None:
@@ -62,7 +67,7 @@ class GrowableLayer(DynamicLayer):
         self._value_buffer = tensor
 
     def _filled(self, buffer: torch.Tensor | None) -> torch.Tensor | None:
-        return buffer if buffer is None or buffer.dim() != 4 else buffer[..., : self._length, :]
+        return buffer if buffer is None or buffer.dim() != 4 else buffer[: self._rows, :, : self._length, :]
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
                **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -73,31 +78,37 @@ class GrowableLayer(DynamicLayer):
         if not self._fits(key_states, end):
             self._grow(key_states, value_states, end)
         assert self._key_buffer is not None and self._value_buffer is not None
-        self._key_buffer[..., start:end, :] = key_states
-        self._value_buffer[..., start:end, :] = value_states
+        self._key_buffer[: self._rows, :, start:end, :] = key_states
+        self._value_buffer[: self._rows, :, start:end, :] = value_states
         self._length = end
         return self.keys, self.values  # type: ignore[return-value]
 
     def _fits(self, key_states: torch.Tensor, end: int) -> bool:
         buffer = self._key_buffer
         return (buffer is not None and buffer.dim() == 4 and buffer.shape[-2] >= end
-                and buffer.shape[:2] == key_states.shape[:2] and buffer.dtype == key_states.dtype)
+                and key_states.shape[0] == self._rows and buffer.shape[1] == key_states.shape[1]
+                and buffer.dtype == key_states.dtype)
 
     def _grow(self, key_states: torch.Tensor, value_states: torch.Tensor, end: int) -> None:
         capacity = max(2 * self._length, end, MIN_CAPACITY)
         old_keys, old_values = self.keys, self.values
         batch, heads, _, dim = key_states.shape
-        self._key_buffer = key_states.new_empty(batch, heads, capacity, dim)
-        self._value_buffer = value_states.new_empty(batch, heads, capacity, value_states.shape[-1])
+        same_rows = self._key_buffer is not None and self._key_buffer.dim() == 4 and batch == self._rows
+        row_capacity = self._key_buffer.shape[0] if same_rows else batch  # type: ignore[union-attr]
+        self._key_buffer = key_states.new_empty(row_capacity, heads, capacity, dim)
+        self._value_buffer = value_states.new_empty(row_capacity, heads, capacity, value_states.shape[-1])
+        self._rows = batch
         if self._length:
             assert old_keys is not None and old_values is not None
-            self._key_buffer[..., : self._length, :] = old_keys
-            self._value_buffer[..., : self._length, :] = old_values
+            self._key_buffer[:batch, :, : self._length, :] = old_keys
+            self._value_buffer[:batch, :, : self._length, :] = old_values
 
-    def batch_select_indices(self, indices: torch.Tensor | Sequence[int], spare_slots: bool = True) -> None:
+    def batch_select_indices(self, indices: torch.Tensor | Sequence[int], spare_slots: bool = True,
+                             spare_rows: int = 0) -> None:
         """Keeps the rows ``indices`` (repeats allowed: branching), each copied once into new buffers; with
         ``spare_slots`` the buffers get spare slots (capacity doubled, as after a grow), so the next update appends
-        without another copy of the cache. Keys that require grad take ``DynamicLayer``'s path (indexing)."""
+        without another copy of the cache, and ``spare_rows`` rows for :meth:`append_rows`. Keys that require grad
+        take ``DynamicLayer``'s path (indexing)."""
         keys, values = self.keys, self.values
         if keys is None or values is None or keys.dim() != 4 or self._length == 0:
             return
@@ -106,15 +117,37 @@ class GrowableLayer(DynamicLayer):
             super().batch_select_indices(indices)
             return
         capacity = max(2 * self._length, MIN_CAPACITY) if spare_slots else self._length
-        key_buffer = keys.new_empty(len(indices), keys.shape[1], capacity, keys.shape[3])
-        value_buffer = values.new_empty(len(indices), values.shape[1], capacity, values.shape[3])
-        torch.index_select(keys, 0, indices, out=key_buffer[..., : self._length, :])
-        torch.index_select(values, 0, indices, out=value_buffer[..., : self._length, :])
-        self.set_buffers(key_buffer, value_buffer, self._length)
+        rows = len(indices)
+        key_buffer = keys.new_empty(rows + spare_rows, keys.shape[1], capacity, keys.shape[3])
+        value_buffer = values.new_empty(rows + spare_rows, values.shape[1], capacity, values.shape[3])
+        torch.index_select(keys, 0, indices, out=key_buffer[:rows, :, : self._length, :])
+        torch.index_select(values, 0, indices, out=value_buffer[:rows, :, : self._length, :])
+        self.set_buffers(key_buffer, value_buffer, self._length, rows)
 
-    def set_buffers(self, key_buffer: torch.Tensor, value_buffer: torch.Tensor, length: int) -> None:
-        """Makes (B, heads, capacity, head_dim) tensors the buffers, their first ``length`` slots the filled ones."""
+    def append_rows(self, indices: torch.Tensor) -> None:
+        """Appends copies of the filled rows ``indices`` (1-D long, repeats allowed) after the last filled row: written
+        in place into spare rows when the buffers have enough, else every row is copied once into new buffers with
+        as many spare rows again (as ``update`` grows slots). Keys that require grad take ``DynamicLayer``'s path."""
+        keys, values = self.keys, self.values
+        if keys is None or values is None or keys.dim() != 4 or self._length == 0 or len(indices) == 0:
+            return
+        rows, added = self._rows, len(indices)
+        assert self._key_buffer is not None and self._value_buffer is not None
+        if keys.requires_grad or values.requires_grad or self._key_buffer.shape[0] < rows + added:
+            every = torch.cat([torch.arange(rows, device=indices.device), indices])
+            self.batch_select_indices(every, spare_rows=rows + added)
+            return
+        # the new rows lie outside the filled view the indices read: no overlap
+        torch.index_select(keys, 0, indices, out=self._key_buffer[rows:rows + added, :, : self._length, :])
+        torch.index_select(values, 0, indices, out=self._value_buffer[rows:rows + added, :, : self._length, :])
+        self._rows = rows + added
+
+    def set_buffers(self, key_buffer: torch.Tensor, value_buffer: torch.Tensor, length: int,
+                    rows: int | None = None) -> None:
+        """Makes (rows capacity, heads, slots capacity, head_dim) tensors the buffers, their first ``rows`` rows
+        (default: all) and first ``length`` slots the filled ones."""
         self._key_buffer, self._value_buffer, self._length = key_buffer, value_buffer, length
+        self._rows = key_buffer.shape[0] if rows is None else rows
 
     def __copy__(self) -> GrowableLayer:
         twin = GrowableLayer.__new__(GrowableLayer)
@@ -180,7 +213,7 @@ class KVState:
         (~46% of a tree's slots); attention and the cache's append both cost in proportion to the width. Positions
         are explicit (``next_position``), so no row's attention changes, and a :class:`RewindInfo` rewinds by
         position, so it stays valid across a compaction. A :class:`GrowableLayer` gets spare slots (as after a
-        grow), so the next append needs no copy.
+        grow) and keeps its spare rows, so the next append needs no copy.
 
         Returns:
             ``self``.
@@ -195,31 +228,56 @@ class KVState:
             keys, values = layer.keys, layer.values
             slots = index[:, None, :, None].expand(-1, keys.shape[1], -1, keys.shape[3])
             if isinstance(layer, GrowableLayer) and not (keys.requires_grad or values.requires_grad):
-                capacity = max(2 * width, MIN_CAPACITY)
-                key_buffer = keys.new_empty(keys.shape[0], keys.shape[1], capacity, keys.shape[3])
-                value_buffer = values.new_empty(values.shape[0], values.shape[1], capacity, values.shape[3])
-                torch.gather(keys, 2, slots, out=key_buffer[..., :width, :])
-                torch.gather(values, 2, slots, out=value_buffer[..., :width, :])
-                layer.set_buffers(key_buffer, value_buffer, width)
+                capacity, rows = max(2 * width, MIN_CAPACITY), keys.shape[0]
+                row_capacity = layer._key_buffer.shape[0]  # type: ignore[union-attr]  # spare rows stay spare
+                key_buffer = keys.new_empty(row_capacity, keys.shape[1], capacity, keys.shape[3])
+                value_buffer = values.new_empty(row_capacity, values.shape[1], capacity, values.shape[3])
+                torch.gather(keys, 2, slots, out=key_buffer[:rows, :, :width, :])
+                torch.gather(values, 2, slots, out=value_buffer[:rows, :, :width, :])
+                layer.set_buffers(key_buffer, value_buffer, width, rows)
             else:
                 layer.keys, layer.values = keys.gather(2, slots), values.gather(2, slots)
         self.attention_mask = self.attention_mask.gather(1, index)
         return self
 
-    def select(self, rows: Sequence[int], spare_slots: bool = True) -> KVState:
+    def select(self, rows: Sequence[int], spare_slots: bool = True, spare_rows: int = 0) -> KVState:
         """Returns a new state made of copies of ``rows`` (repeats allowed: branching from a prefix); without
-        ``spare_slots`` its :class:`GrowableLayer` s get no room to append (a row kept, not extended)."""
+        ``spare_slots`` its :class:`GrowableLayer` s get no room to append slots (a row kept, not extended), with
+        ``spare_rows`` room for that many :meth:`append_rows` without another copy."""
         index = torch.as_tensor(list(rows), dtype=torch.long, device=self.attention_mask.device)
         cache = copy.copy(self.cache)
         cache.layers = [copy.copy(layer) for layer in self.cache.layers]
         if self.attention_mask.shape[1] > 0:
             for layer in cache.layers:
                 if isinstance(layer, GrowableLayer):
-                    layer.batch_select_indices(index, spare_slots)
+                    layer.batch_select_indices(index, spare_slots, spare_rows)
                 else:
                     layer.batch_select_indices(index)
         return KVState(cache, self.attention_mask[index], self.next_position[index],
                        [list(self.pending[r]) for r in rows])
+
+    def append_rows(self, rows: Sequence[int]) -> KVState:
+        """Appends, in place, a copy of each of ``rows`` (repeats allowed) after the last row: children branching
+        from their parents' prefixes. A :class:`GrowableLayer` writes only the new rows when it has spare rows
+        (:meth:`select`'s ``spare_rows``); otherwise every row is copied once, as ``select`` would.
+
+        Returns:
+            ``self``, with ``len(self) + len(rows)`` rows.
+        """
+        if not rows:
+            return self
+        index = torch.as_tensor(list(rows), dtype=torch.long, device=self.attention_mask.device)
+        if self.attention_mask.shape[1] > 0:
+            every = torch.cat([torch.arange(len(self), device=index.device), index])
+            for layer in self.cache.layers:
+                if isinstance(layer, GrowableLayer):
+                    layer.append_rows(index)
+                else:
+                    layer.batch_select_indices(every)
+        self.attention_mask = torch.cat([self.attention_mask, self.attention_mask[index]])
+        self.next_position = torch.cat([self.next_position, self.next_position[index]])
+        self.pending = self.pending + [list(self.pending[r]) for r in rows]
+        return self
 
 
 @dataclasses.dataclass
@@ -261,12 +319,13 @@ class RewindInfo:
         state.pending[row] = list(self.pending[path_id])
 
 
-def merge_kv_states(states: Sequence[KVState]) -> KVState:
+def merge_kv_states(states: Sequence[KVState], spare_rows: int = 0) -> KVState:
     """Stacks the rows of several KV states; shorter caches get hole slots (attention mask 0) at the end.
 
     Positions are explicit in :class:`KVState`, so a hole changes nothing a row attends to. Each layer's rows are
     written once into one new buffer; a :class:`GrowableLayer` gets spare slots there as if it had grown (the next
-    round appends without another copy of the whole cache).
+    round appends without another copy of the whole cache), and ``spare_rows`` rows for
+    :meth:`KVState.append_rows`. A single non-empty state is returned as it is.
 
     Raises:
         TypeError: a cache layer has no ``keys``/``values`` tensors (not a transformers DynamicCache).
@@ -284,10 +343,11 @@ def merge_kv_states(states: Sequence[KVState]) -> KVState:
         merged = copy.copy(layer)
         growable = isinstance(merged, GrowableLayer)
         capacity = max(2 * width, MIN_CAPACITY) if growable else width
-        keys = _stack_slots([s.cache.layers[index].keys for s in states], width, capacity)
-        values = _stack_slots([s.cache.layers[index].values for s in states], width, capacity)
+        spare = spare_rows if growable else 0
+        keys = _stack_slots([s.cache.layers[index].keys for s in states], width, capacity, spare)
+        values = _stack_slots([s.cache.layers[index].values for s in states], width, capacity, spare)
         if growable:
-            merged.set_buffers(keys, values, width)
+            merged.set_buffers(keys, values, width, keys.shape[0] - spare)
         else:
             merged.keys, merged.values = keys, values
         cache.layers.append(merged)
@@ -297,12 +357,12 @@ def merge_kv_states(states: Sequence[KVState]) -> KVState:
     )
 
 
-def _stack_slots(tensors: Sequence[torch.Tensor], width: int, capacity: int) -> torch.Tensor:
-    """Stacks (B_i, heads, L_i, head_dim) cache tensors into one (sum B_i, heads, capacity, head_dim) buffer: slots
-    ``L_i:width`` of each part are zeros (holes must hold finite values: attention masks them by adding -inf), slots
-    after ``width`` are left unwritten (spare)."""
+def _stack_slots(tensors: Sequence[torch.Tensor], width: int, capacity: int, spare_rows: int = 0) -> torch.Tensor:
+    """Stacks (B_i, heads, L_i, head_dim) cache tensors into one (sum B_i + spare_rows, heads, capacity, head_dim)
+    buffer: slots ``L_i:width`` of each part are zeros (holes must hold finite values: attention masks them by adding
+    -inf), slots after ``width`` and the spare rows are left unwritten."""
     first = tensors[0]
-    out = first.new_empty(sum(t.shape[0] for t in tensors), first.shape[1], capacity, first.shape[-1])
+    out = first.new_empty(sum(t.shape[0] for t in tensors) + spare_rows, first.shape[1], capacity, first.shape[-1])
     row = 0
     for tensor in tensors:
         rows, filled = tensor.shape[0], tensor.shape[-2]

@@ -110,7 +110,7 @@ class TransformersPolicy:
         logits, state = self._first_feed(feeds, state)
         first = sample_tokens(logits, sampling.temperature, sampling.top_p, self.generator)
         if fork is not None and (copies := fork(first[2])):
-            state = state.select(list(range(len(feeds))) + copies)
+            state = state.append_rows(copies)  # in place, into spare rows when the state has them
             more = sample_tokens(logits[copies], sampling.temperature, sampling.top_p, self.generator)
             first = (first[0] + more[0], first[1] + more[1], first[2] + more[2])
         batch = len(first[0])

@@ -35,12 +35,16 @@ class KVRows:
     policy), and the per-round bookkeeping that rewinds a branching parent's row for its children.
 
     With ``reuse_kv_cache`` off every call passes each path's full context (``context_ids(path)``) instead.
+    ``spare_rows()`` bounds the children the next round may fork at its boundaries: the state gets that many spare
+    rows, so a fork writes only the children's rows (:meth:`KVState.append_rows`) instead of copying every row.
     """
 
     def __init__(self, policy: Policy, sampling: SamplingParams, reuse_kv_cache: bool,
-                 context_ids: Callable[[_Path], list[int]], keeps_row: Callable[[_Path], bool]) -> None:
+                 context_ids: Callable[[_Path], list[int]], keeps_row: Callable[[_Path], bool],
+                 spare_rows: Callable[[], int] = lambda: 0) -> None:
         self.policy, self.sampling, self.reuse, self.context_ids = policy, sampling, reuse_kv_cache, context_ids
         self.keeps_row = keeps_row  # whether a finished path's row may serve a fallback branch
+        self.spare_rows = spare_rows
         self.state: Any = None  # rows: the warm running paths
         self.rows: list[int] = []  # the path id of each row of ``state``
         self.post_state: Any = None  # this round's state after generation, rows in ``running`` order
@@ -74,7 +78,7 @@ class KVRows:
         made: list[_Path] = []
         if self.joining:
             parts = [self.state] if self.state is not None else []
-            self.state = merge_kv_states(parts + [row for _, row in self.joining])
+            self.state = merge_kv_states(parts + [row for _, row in self.joining], self.spare_rows())
             self.rows += [path_id for path_id, _ in self.joining]
             self.joining = []
         warm = [p for p in running if not p.fresh]
@@ -88,7 +92,8 @@ class KVRows:
             state = None
             if paths is warm:
                 rows = [self.rows.index(p.path_id) for p in warm]
-                state = self.state if rows == list(range(len(self.state))) else self.state.select(rows)
+                state = (self.state if rows == list(range(len(self.state)))
+                         else self.state.select(rows, spare_rows=self.spare_rows()))
                 self.rewind = RewindInfo.of(state, [p.path_id for p in warm])
             children: list[_Path] = []
             copies = None if fork is None else row_copies(fork, paths, children)
@@ -123,7 +128,8 @@ class KVRows:
         if not rows:
             self.state = None
         else:
-            self.state = post_state if rows == list(range(len(running))) else post_state.select(rows)
+            self.state = (post_state if rows == list(range(len(running)))
+                          else post_state.select(rows, spare_rows=self.spare_rows()))
             for index, (_, row) in enumerate(warm_children, start=len(keep)):
                 assert self.rewind is not None  # a warm child's parent was a warm row of this round
                 self.rewind.mask_row(self.state, index, running[row].path_id)

@@ -178,7 +178,8 @@ class _Run:
         self.trees = [RolloutTree(task, group=i) for i, task in enumerate(tasks)]
         self.budgets = [self._budget() for _ in tasks]
         self.paths: list[_Path] = []
-        self.kv = KVRows(sampler.policy, sampling, sampler.reuse_kv_cache, self._context_ids, self._keeps_row)
+        self.kv = KVRows(sampler.policy, sampling, sampler.reuse_kv_cache, self._context_ids, self._keeps_row,
+                         self._unstarted_leaves)
         self.next_path_id = 0
         self.num_globals = [0] * len(tasks)
         self.num_branches = [0] * len(tasks)
@@ -212,6 +213,13 @@ class _Run:
             self._close(path)
         self.kv.finished.clear()  # the kept rows go with the call (the run is garbage once sample() returns)
         self.boundaries.clear()
+
+    def _unstarted_leaves(self) -> int:
+        """The leaves no path has started yet, over all tasks: the most children a round can fork at its boundaries
+        (0 when children are not forked in the generate call)."""
+        if not (self.config.branch.at_boundary and self.kv.reuse):
+            return 0
+        return sum(max(0, self.config.num_leaves - budget.started) for budget in self.budgets)
 
     def _keeps_row(self, path: _Path) -> bool:
         """Whether a finished path's KV row may still serve a fallback branch: a boundary names the path and its
