@@ -213,31 +213,73 @@ def test_rows_kept_without_spare_slots_and_selected_like_a_dynamic_layer() -> No
     assert trained.keys.shape == (2, 3, 3, 4) and trained.keys.requires_grad
 
 
+def _distinct(rows: int, n: int, fill: float) -> torch.Tensor:
+    """(rows, 3, n, 4) slots whose rows all differ (row r adds 100 r)."""
+    return torch.full((rows, 3, n, 4), fill) + torch.arange(n, dtype=torch.float32)[None, None, :, None] + (
+        100.0 * torch.arange(rows, dtype=torch.float32)[:, None, None, None])
+
+
 def test_rows_append_in_place_into_spare_rows_and_reallocate_when_they_run_out() -> None:
     layer = GrowableLayer()
-    layer.update(_slots(5, 0.0), _slots(5, 1.0) * torch.tensor([1.0, -1.0])[:, None, None, None])
+    layer.update(_distinct(2, 5, 0.0), _distinct(2, 5, 0.5))
     keys, values = layer.keys.clone(), layer.values.clone()
     layer.batch_select_indices(torch.tensor([0, 1]), spare_rows=3)
     buffer = layer._key_buffer
     assert buffer.shape[0] == 5 and layer.keys.shape == (2, 3, 5, 4)
     layer.append_rows(torch.tensor([1, 1]))  # two children of row 1: written into spare rows, nothing copied
-    assert layer._key_buffer is buffer and torch.equal(layer.keys, keys[[0, 1, 1, 1]])
+    assert layer._key_buffer is buffer and torch.equal(layer.keys, keys[[0, 1, 1]][[0, 1, 2, 2]])
     assert torch.equal(layer.values, values[[0, 1, 1, 1]])
-    new_keys, _ = layer.update(torch.full((4, 3, 1, 4), 9.0), torch.full((4, 3, 1, 4), 9.0))  # all four rows decode
+    step_k, step_v = _distinct(4, 1, 9.0), _distinct(4, 1, -9.0)
+    new_keys, new_values = layer.update(step_k, step_v)  # all four rows decode
     assert layer._key_buffer is buffer and new_keys.shape == (4, 3, 6, 4)
-    assert torch.equal(new_keys[:, :, :5], keys[[0, 1, 1, 1]]) and torch.equal(new_keys[:, :, 5], torch.full((4, 3, 4), 9.0))
-    layer.append_rows(torch.tensor([0, 2]))  # one spare row left for two: every row copied once, spare rows again
+    assert torch.equal(new_keys, torch.cat([keys[[0, 1, 1, 1]], step_k], dim=2))
+    assert torch.equal(new_values, torch.cat([values[[0, 1, 1, 1]], step_v], dim=2))
+    layer.append_rows(torch.tensor([3, 0]))  # one spare row left for two: every row copied once, spare rows again
     assert layer._key_buffer is not buffer and layer._key_buffer.shape[0] == 12
-    assert torch.equal(layer.keys, new_keys[[0, 1, 2, 3, 0, 2]])
-    twin = copy.copy(layer)  # a shallow copy sees none of the rows appended after it
-    layer.append_rows(torch.tensor([5]))
-    assert twin.keys.shape[0] == 6 and layer.keys.shape[0] == 7 and torch.equal(layer.keys[6], new_keys[2])
+    assert torch.equal(layer.keys, new_keys[[0, 1, 2, 3, 3, 0]])
+    assert torch.equal(layer.values, new_values[[0, 1, 2, 3, 3, 0]])
+
+
+def test_a_shallow_copy_never_sees_the_other_layers_later_rows() -> None:
+    layer = GrowableLayer()
+    layer.update(_distinct(3, 4, 0.0), _distinct(3, 4, 0.5))
+    layer.batch_select_indices(torch.tensor([0, 1, 2]), spare_rows=4)
+    before_k, before_v = layer.keys.clone(), layer.values.clone()
+    twin = copy.copy(layer)
+    layer.append_rows(torch.tensor([0]))  # into the shared buffer's spare rows
+    twin.append_rows(torch.tensor([2]))  # the twin has no spare rows of its own: it copies
+    assert torch.equal(layer.keys, before_k[[0, 1, 2, 0]]) and torch.equal(layer.values, before_v[[0, 1, 2, 0]])
+    assert torch.equal(twin.keys, before_k[[0, 1, 2, 2]]) and torch.equal(twin.values, before_v[[0, 1, 2, 2]])
+    layer.update(torch.ones(4, 3, 1, 4), torch.ones(4, 3, 1, 4))
+    assert torch.equal(twin.keys, before_k[[0, 1, 2, 2]])  # nor its later slots
+
+
+def test_dynamic_layer_methods_that_assign_keys_then_values_keep_both() -> None:
+    """transformers' own ``batch_select_indices`` (keys that require grad), ``reorder_cache`` and ``crop`` assign
+    ``keys`` before they read ``values``: the values keep their extent until they are assigned."""
+    keys, values = _distinct(3, 5, 0.0), _distinct(3, 5, 0.5)
+    trained = GrowableLayer()
+    trained.update(keys.clone().requires_grad_(), values.clone().requires_grad_())
+    trained.batch_select_indices(torch.tensor([2]))  # fewer rows than before
+    assert torch.equal(trained.keys, keys[[2]]) and torch.equal(trained.values, values[[2]])
+    beams = GrowableLayer()
+    beams.update(keys, values)
+    beams.reorder_cache(torch.tensor([2, 1]))
+    assert torch.equal(beams.keys, keys[[2, 1]]) and torch.equal(beams.values, values[[2, 1]])
+    cropped = GrowableLayer()
+    cropped.update(keys, values)
+    cropped.crop(-2)
+    assert torch.equal(cropped.keys, keys[:, :, :3]) and torch.equal(cropped.values, values[:, :, :3])
+    new_keys, new_values = cropped.update(_distinct(3, 1, 7.0), _distinct(3, 1, -7.0))
+    assert torch.equal(new_keys, torch.cat([keys[:, :, :3], _distinct(3, 1, 7.0)], dim=2))
+    assert torch.equal(new_values, torch.cat([values[:, :, :3], _distinct(3, 1, -7.0)], dim=2))
 
 
 def test_appended_state_rows_equal_selected_ones_and_compaction_keeps_spare_rows() -> None:
     state = _state([6, 4, 5], 1.0)
     state.pending = [[1], [2], [3]]
-    state.cache.layers[0].keys[1] += 10.0  # rows that differ
+    layer = state.cache.layers[0]
+    layer.keys, layer.values = _distinct(3, 6, 1.0), _distinct(3, 6, -1.0)  # rows that differ
     expected = state.select([0, 1, 2, 2, 0])
     grown = state.select([0, 1, 2], spare_rows=2)
     assert grown.append_rows([2, 0]) is grown
@@ -249,9 +291,13 @@ def test_appended_state_rows_equal_selected_ones_and_compaction_keeps_spare_rows
     assert grown.pending[2] == [3]
     spare = state.select([0, 1], spare_rows=4)
     spare.compact(min_saving=0.0)  # drops row 1's holes; the spare rows stay
-    buffer = spare.cache.layers[0]._key_buffer
+    compacted = spare.cache.layers[0]
+    buffer = compacted._key_buffer
     assert buffer.shape[0] == 6 and spare.attention_mask.tolist() == [[1] * 6, [0, 0, 1, 1, 1, 1]]
     spare.append_rows([1])
-    assert spare.cache.layers[0]._key_buffer is buffer and len(spare) == 3
+    assert compacted._key_buffer is buffer and len(spare) == 3
+    assert torch.equal(compacted.keys[2], compacted.keys[1]) and torch.equal(compacted.values[2], compacted.values[1])
+    assert torch.equal(compacted.keys[1, :, 2:], layer.keys[1, :, :4])  # row 1's real slots, right-aligned
+    assert spare.attention_mask[2].tolist() == [0, 0, 1, 1, 1, 1] and spare.next_position.tolist() == [6, 4, 4]
     merged = merge_kv_states([_state([3], 1.0), _state([2], 2.0)], spare_rows=2)
     assert merged.cache.layers[0]._key_buffer.shape[0] == 4 and merged.cache.layers[0].keys.shape[0] == 2

@@ -34,40 +34,49 @@ class GrowableLayer(DynamicLayer):
 
     ``update`` writes the new slots after the filled ones and reallocates (capacity doubled, at least
     :data:`MIN_CAPACITY`) only when they do not fit; ``append_rows`` writes copies of rows after the filled rows
-    (a tree's children) and reallocates only when the spare rows run out. Assigning ``keys`` or ``values`` makes the
-    assigned tensor the buffer (no spare slots or rows), so code written for ``DynamicLayer`` keeps working. A
-    shallow copy shares only the filled part: the next write of either layer never lands where the other can see.
+    (a tree's children) and reallocates only when the spare rows run out. Assigning ``keys`` makes the assigned
+    tensor the key buffer, all of it filled (no spare slots or rows), and leaves ``values`` as they were until they
+    are assigned too; so code written for ``DynamicLayer`` (which assigns ``keys`` from ``keys``, then ``values``
+    from ``values``: ``crop``, ``batch_select_indices``, ``reorder_cache``) keeps working. A shallow copy shares only
+    the filled part: the next write of either layer never lands where the other can see.
     """
 
     def __init__(self, **kwargs: Any) -> None:
         self._key_buffer: torch.Tensor | None = None
         self._value_buffer: torch.Tensor | None = None
-        self._length = 0
+        self._length = 0  # filled slots and rows of the keys (and of the values, unless _value_extent says otherwise)
         self._rows = 0
+        self._value_extent: tuple[int, int] | None = None  # (rows, slots) of the values between two assignments
         super().__init__(**kwargs)
 
     @property  # type: ignore[override]
     def keys(self) -> torch.Tensor | None:
         """The filled slots, (B, heads, slots, head_dim); None before the first update."""
-        return self._filled(self._key_buffer)
+        return _filled(self._key_buffer, self._rows, self._length)
 
     @keys.setter
     def keys(self, tensor: torch.Tensor | None) -> None:
+        if self._value_extent is None:  # the values keep their extent until they are assigned
+            self._value_extent = (self._rows, self._length)
         self._key_buffer = tensor
-        shaped = tensor is not None and tensor.dim() == 4
-        self._length, self._rows = (tensor.shape[-2], tensor.shape[0]) if shaped else (0, 0)  # type: ignore[union-attr]
+        self._rows, self._length = _extent(tensor)
+        self._settle_values()
 
     @property  # type: ignore[override]
     def values(self) -> torch.Tensor | None:
         """The filled slots, (B, heads, slots, head_dim); None before the first update."""
-        return self._filled(self._value_buffer)
+        rows, length = self._value_extent or (self._rows, self._length)
+        return _filled(self._value_buffer, rows, length)
 
     @values.setter
     def values(self, tensor: torch.Tensor | None) -> None:
         self._value_buffer = tensor
+        self._value_extent = _extent(tensor)
+        self._settle_values()
 
-    def _filled(self, buffer: torch.Tensor | None) -> torch.Tensor | None:
-        return buffer if buffer is None or buffer.dim() != 4 else buffer[: self._rows, :, : self._length, :]
+    def _settle_values(self) -> None:
+        if self._value_extent == (self._rows, self._length):
+            self._value_extent = None
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
                **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -80,7 +89,7 @@ class GrowableLayer(DynamicLayer):
         assert self._key_buffer is not None and self._value_buffer is not None
         self._key_buffer[: self._rows, :, start:end, :] = key_states
         self._value_buffer[: self._rows, :, start:end, :] = value_states
-        self._length = end
+        self._length, self._value_extent = end, None
         return self.keys, self.values  # type: ignore[return-value]
 
     def _fits(self, key_states: torch.Tensor, end: int) -> bool:
@@ -97,7 +106,7 @@ class GrowableLayer(DynamicLayer):
         row_capacity = self._key_buffer.shape[0] if same_rows else batch  # type: ignore[union-attr]
         self._key_buffer = key_states.new_empty(row_capacity, heads, capacity, dim)
         self._value_buffer = value_states.new_empty(row_capacity, heads, capacity, value_states.shape[-1])
-        self._rows = batch
+        self._rows, self._value_extent = batch, None
         if self._length:
             assert old_keys is not None and old_values is not None
             self._key_buffer[:batch, :, : self._length, :] = old_keys
@@ -140,20 +149,31 @@ class GrowableLayer(DynamicLayer):
         # the new rows lie outside the filled view the indices read: no overlap
         torch.index_select(keys, 0, indices, out=self._key_buffer[rows:rows + added, :, : self._length, :])
         torch.index_select(values, 0, indices, out=self._value_buffer[rows:rows + added, :, : self._length, :])
-        self._rows = rows + added
+        self._rows, self._value_extent = rows + added, None
 
     def set_buffers(self, key_buffer: torch.Tensor, value_buffer: torch.Tensor, length: int,
                     rows: int | None = None) -> None:
         """Makes (rows capacity, heads, slots capacity, head_dim) tensors the buffers, their first ``rows`` rows
         (default: all) and first ``length`` slots the filled ones."""
         self._key_buffer, self._value_buffer, self._length = key_buffer, value_buffer, length
-        self._rows = key_buffer.shape[0] if rows is None else rows
+        self._rows, self._value_extent = key_buffer.shape[0] if rows is None else rows, None
 
     def __copy__(self) -> GrowableLayer:
         twin = GrowableLayer.__new__(GrowableLayer)
         twin.__dict__.update(self.__dict__)
         twin.keys, twin.values = self.keys, self.values
         return twin
+
+
+def _extent(tensor: torch.Tensor | None) -> tuple[int, int]:
+    """(rows, slots) of a (B, heads, slots, head_dim) tensor; (0, 0) for None or the 1-D placeholder of a layer not
+    initialised."""
+    return (tensor.shape[0], tensor.shape[-2]) if tensor is not None and tensor.dim() == 4 else (0, 0)
+
+
+def _filled(buffer: torch.Tensor | None, rows: int, length: int) -> torch.Tensor | None:
+    """The first ``rows`` rows and ``length`` slots of a 4-D buffer (None and placeholders as they are)."""
+    return buffer if buffer is None or buffer.dim() != 4 else buffer[:rows, :, :length, :]
 
 
 class GrowableCache(DynamicCache):

@@ -13,7 +13,8 @@ different lengths; new tokens are left-padded and the padding stays in the cache
 explicit position ids so each row sees the positions it would see alone.
 
 Branching (tree rollouts): ``state.select([0, 0, 1])`` returns a new state whose rows are copies of rows
-0, 0 and 1, so children extend a shared prefix without recomputing it.
+0, 0 and 1, so children extend a shared prefix without recomputing it; a fork inside a generate call (its ``fork``
+hook) appends the children's rows to the state in place (``KVState.append_rows``: into spare rows when it has them).
 """
 
 from __future__ import annotations

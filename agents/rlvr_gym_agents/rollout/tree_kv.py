@@ -98,6 +98,8 @@ class KVRows:
             children: list[_Path] = []
             copies = None if fork is None else row_copies(fork, paths, children)
             assert isinstance(self.policy, TransformersPolicy)  # the KV cache is reused with this engine only
+            # generate feeds and forks ``state`` in place (``self.state`` too, when it is that state): nothing reads
+            # self.state or self.rows again before rebuild() replaces them
             gens, state = self.policy.generate([p.episode.feed_ids for p in paths], self.sampling, state, copies)
             rows_of = paths + children
             made += children
@@ -105,7 +107,7 @@ class KVRows:
             states.append(state)
             order += [p.path_id for p in rows_of]
         generated = running + made
-        merged = merge_kv_states(states)
+        merged = merge_kv_states(states, self.spare_rows())
         if order != [p.path_id for p in generated]:
             merged = merged.select([order.index(p.path_id) for p in generated])
         self.post_state = merged

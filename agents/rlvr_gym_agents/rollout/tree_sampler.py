@@ -33,6 +33,7 @@ are compacted away each round; rows joining later are cut to their boundary and 
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
@@ -179,7 +180,7 @@ class _Run:
         self.budgets = [self._budget() for _ in tasks]
         self.paths: list[_Path] = []
         self.kv = KVRows(sampler.policy, sampling, sampler.reuse_kv_cache, self._context_ids, self._keeps_row,
-                         self._unstarted_leaves)
+                         self._fork_capacity)
         self.next_path_id = 0
         self.num_globals = [0] * len(tasks)
         self.num_branches = [0] * len(tasks)
@@ -214,12 +215,15 @@ class _Run:
         self.kv.finished.clear()  # the kept rows go with the call (the run is garbage once sample() returns)
         self.boundaries.clear()
 
-    def _unstarted_leaves(self) -> int:
-        """The leaves no path has started yet, over all tasks: the most children a round can fork at its boundaries
-        (0 when children are not forked in the generate call)."""
-        if not (self.config.branch.at_boundary and self.kv.reuse):
+    def _fork_capacity(self) -> int:
+        """The most children the next round can fork in its generate call: per task that can branch, the leaves not
+        started, at most ``max_children_per_boundary`` per running path (0 when children are not forked there)."""
+        cfg = self.config
+        if not (cfg.branch.at_boundary and self.kv.reuse):
             return 0
-        return sum(max(0, self.config.num_leaves - budget.started) for budget in self.budgets)
+        running = collections.Counter(p.task_index for p in self.paths if not p.done)
+        return sum(min(cfg.num_leaves - budget.started, running[i] * cfg.branch.max_children_per_boundary)
+                   for i, budget in enumerate(self.budgets) if budget.forkable and budget.started < cfg.num_leaves)
 
     def _keeps_row(self, path: _Path) -> bool:
         """Whether a finished path's KV row may still serve a fallback branch: a boundary names the path and its
