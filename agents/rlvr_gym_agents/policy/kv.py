@@ -74,6 +74,13 @@ class GrowableLayer(DynamicLayer):
         self._value_extent = _extent(tensor)
         self._settle_values()
 
+    def _check_assigned_together(self) -> None:
+        """Raises ValueError when ``keys`` and ``values`` were last assigned tensors of different rows or slots (one
+        of them alone): a write would leave them inconsistent."""
+        if self._value_extent is not None:
+            raise ValueError(f"keys have (rows, slots) {(self._rows, self._length)} but values {self._value_extent}: "
+                             "assign both before the layer is updated or extended")
+
     def _settle_values(self) -> None:
         if self._value_extent == (self._rows, self._length):
             self._value_extent = None
@@ -83,6 +90,7 @@ class GrowableLayer(DynamicLayer):
         """Appends (B, heads, n, head_dim) keys and values; returns all filled slots (views)."""
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
+        self._check_assigned_together()
         start, end = self._length, self._length + key_states.shape[-2]
         if not self._fits(key_states, end):
             self._grow(key_states, value_states, end)
@@ -140,6 +148,7 @@ class GrowableLayer(DynamicLayer):
         keys, values = self.keys, self.values
         if keys is None or values is None or keys.dim() != 4 or self._length == 0 or len(indices) == 0:
             return
+        self._check_assigned_together()
         rows, added = self._rows, len(indices)
         assert self._key_buffer is not None and self._value_buffer is not None
         if keys.requires_grad or values.requires_grad or self._key_buffer.shape[0] < rows + added:
