@@ -429,8 +429,8 @@ def test_children_decided_at_the_boundary_decode_in_their_parents_round(
     """Deciding after the turn, a child generates its first turn one round after its parent's, so every level of
     nesting adds a round; deciding at the boundary (``branch.at_boundary``) it decodes in its parent's round from a
     copy of its row: trees of paths that all run to the 6-turn limit take exactly 6 rounds. The children's rows are
-    written into the spare rows the state keeps for the leaves not started (no copy of the other rows), except at the
-    first fork, from the prompt's state, which has none. The log-probs are a full forward pass's either way."""
+    written into the spare rows the state keeps for the children the next round can fork (no copy of the other rows),
+    except at the first fork, from the prompt's state, which has none. The log-probs are a full forward pass's either way."""
     from rlvr_gym_agents.policy.kv import GrowableLayer
     from rlvr_gym_agents.rollout import tree_sampler
 

@@ -74,6 +74,12 @@ class GrowableLayer(DynamicLayer):
         self._value_extent = _extent(tensor)
         self._settle_values()
 
+    @property
+    def row_capacity(self) -> int:
+        """Rows the buffers hold: the filled ones plus the spare ones :meth:`append_rows` writes into."""
+        buffer = self._key_buffer
+        return buffer.shape[0] if buffer is not None and buffer.dim() == 4 else self._rows
+
     def _check_assigned_together(self) -> None:
         """Raises ValueError when ``keys`` and ``values`` were last assigned tensors of different rows or slots (one
         of them alone): a write would leave them inconsistent."""
@@ -110,8 +116,7 @@ class GrowableLayer(DynamicLayer):
         capacity = max(2 * self._length, end, MIN_CAPACITY)
         old_keys, old_values = self.keys, self.values
         batch, heads, _, dim = key_states.shape
-        same_rows = self._key_buffer is not None and self._key_buffer.dim() == 4 and batch == self._rows
-        row_capacity = self._key_buffer.shape[0] if same_rows else batch  # type: ignore[union-attr]
+        row_capacity = self.row_capacity if batch == self._rows else batch  # a new batch drops the spare rows
         self._key_buffer = key_states.new_empty(row_capacity, heads, capacity, dim)
         self._value_buffer = value_states.new_empty(row_capacity, heads, capacity, value_states.shape[-1])
         self._rows, self._value_extent = batch, None
@@ -151,7 +156,7 @@ class GrowableLayer(DynamicLayer):
         self._check_assigned_together()
         rows, added = self._rows, len(indices)
         assert self._key_buffer is not None and self._value_buffer is not None
-        if keys.requires_grad or values.requires_grad or self._key_buffer.shape[0] < rows + added:
+        if keys.requires_grad or values.requires_grad or self.row_capacity < rows + added:
             every = torch.cat([torch.arange(rows, device=indices.device), indices])
             self.batch_select_indices(every, spare_rows=rows + added)
             return
@@ -258,9 +263,8 @@ class KVState:
             slots = index[:, None, :, None].expand(-1, keys.shape[1], -1, keys.shape[3])
             if isinstance(layer, GrowableLayer) and not (keys.requires_grad or values.requires_grad):
                 capacity, rows = max(2 * width, MIN_CAPACITY), keys.shape[0]
-                row_capacity = layer._key_buffer.shape[0]  # type: ignore[union-attr]  # spare rows stay spare
-                key_buffer = keys.new_empty(row_capacity, keys.shape[1], capacity, keys.shape[3])
-                value_buffer = values.new_empty(row_capacity, values.shape[1], capacity, values.shape[3])
+                key_buffer = keys.new_empty(layer.row_capacity, keys.shape[1], capacity, keys.shape[3])  # spare rows stay
+                value_buffer = values.new_empty(layer.row_capacity, values.shape[1], capacity, values.shape[3])
                 torch.gather(keys, 2, slots, out=key_buffer[:rows, :, :width, :])
                 torch.gather(values, 2, slots, out=value_buffer[:rows, :, :width, :])
                 layer.set_buffers(key_buffer, value_buffer, width, rows)
@@ -297,12 +301,11 @@ class KVState:
             return self
         index = torch.as_tensor(list(rows), dtype=torch.long, device=self.attention_mask.device)
         if self.attention_mask.shape[1] > 0:
-            every = torch.cat([torch.arange(len(self), device=index.device), index])
             for layer in self.cache.layers:
                 if isinstance(layer, GrowableLayer):
                     layer.append_rows(index)
-                else:
-                    layer.batch_select_indices(every)
+                else:  # a plain DynamicLayer: every row copied
+                    layer.batch_select_indices(torch.cat([torch.arange(len(self), device=index.device), index]))
         self.attention_mask = torch.cat([self.attention_mask, self.attention_mask[index]])
         self.next_position = torch.cat([self.next_position, self.next_position[index]])
         self.pending = self.pending + [list(self.pending[r]) for r in rows]
