@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from rlvr_gym_agents.policy import SamplingParams, TransformersPolicy
 from rlvr_gym_agents.policy.kv import MIN_CAPACITY, GrowableCache, GrowableLayer, KVState, RewindInfo, merge_kv_states
 from rlvr_gym_agents.policy.transformers import MIN_SHARED_PREFILL, shared_prefixes
+from transformers.cache_utils import DynamicLayer
 
 
 def _slots(n: int, fill: float) -> torch.Tensor:
@@ -307,3 +308,41 @@ def test_appended_state_rows_equal_selected_ones_and_compaction_keeps_spare_rows
     assert spare.attention_mask[2].tolist() == [0, 0, 1, 1, 1, 1] and spare.next_position.tolist() == [6, 4, 4]
     merged = merge_kv_states([_state([3], 1.0), _state([2], 2.0)], spare_rows=2)
     assert merged.cache.layers[0]._key_buffer.shape[0] == 4 and merged.cache.layers[0].keys.shape[0] == 2
+
+
+def test_retained_rows_move_into_dropped_ones_in_place_and_the_freed_rows_become_spare() -> None:
+    state = _state([6, 4, 5, 6, 3], 1.0)
+    state.pending = [[1], [2], [3], [4], [5]]
+    layer = state.cache.layers[0]
+    layer.keys, layer.values = _distinct(5, 6, 1.0), _distinct(5, 6, -1.0)  # rows that differ
+    keys, values = layer.keys.clone(), layer.values.clone()
+    state = state.select(range(5))  # buffers of five rows
+    layer = state.cache.layers[0]
+    buffer = layer._key_buffer
+    before_mask, row_3 = state.attention_mask.clone(), layer.keys[3].clone()
+    order = state.retain_rows([0, 2, 3])  # row 1 dropped: row 3 (past the three kept) moves into it
+    assert order == [0, 3, 2] and len(state) == 3
+    assert layer._key_buffer is buffer and buffer.shape[0] == 5  # in place; rows 3 and 4 now spare
+    assert torch.equal(layer.keys, keys[order]) and torch.equal(layer.values, values[order])
+    assert torch.equal(state.attention_mask, before_mask[order])
+    assert state.next_position.tolist() == [6, 6, 5] and state.pending == [[1], [4], [3]]
+    state.append_rows([1])  # a child of the moved row, written into a freed row
+    assert layer._key_buffer is buffer and torch.equal(layer.keys[3], row_3)
+    assert state.retain_rows([0, 1, 2, 3]) == [0, 1, 2, 3] and len(state) == 4  # all kept: nothing moves
+    assert state.retain_rows([3]) == [3] and torch.equal(layer.keys[0], row_3)
+    with pytest.raises(ValueError, match="distinct rows"):
+        state.retain_rows([0, 0])
+    with pytest.raises(ValueError, match="distinct rows"):
+        state.retain_rows([1])
+    plain = _state([4, 2, 3], 1.0)  # a DynamicLayer (no spare rows): its rows are selected
+    plain.cache.layers = [DynamicLayer()]
+    plain.cache.layers[0].update(_distinct(3, 4, 0.0), _distinct(3, 4, 0.5))
+    assert plain.retain_rows([2, 1]) == [2, 1]
+    assert torch.equal(plain.cache.layers[0].keys, _distinct(3, 4, 0.0)[[2, 1]])
+    trained = _state([4, 2, 3], 1.0)  # keys that require grad: indexed copies, gradients flow
+    source = _distinct(3, 4, 0.0).requires_grad_()
+    trained.cache.layers[0] = GrowableLayer()
+    trained.cache.layers[0].update(source * 1.0, _distinct(3, 4, 0.5))
+    trained.retain_rows([0, 2])
+    trained.cache.layers[0].keys.sum().backward()
+    assert source.grad is not None and source.grad[:, 0, 0, 0].tolist() == [1.0, 0.0, 1.0]

@@ -373,6 +373,49 @@ def test_rewound_childrens_holes_are_compacted_away_each_round(tokenizer: Any, m
     assert _check_logps_against_full_forward(policy, trees) > 20
 
 
+def test_finished_rows_are_dropped_in_place_and_the_next_round_feeds_the_rows_in_their_order(
+        tokenizer: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Deciding at the boundary, a round's rebuild has no children to add: the finished rows are dropped in place
+    (:meth:`KVState.retain_rows`: the state stays, and so do its buffers when no compaction follows), the next round
+    feeds the warm paths in their rows' order without selecting them, and every sampled token's log-prob is still a
+    full forward pass's."""
+    from rlvr_gym_agents.policy.kv import KVState
+    from rlvr_gym_agents.rollout import tree_kv
+
+    drops: list[bool] = []  # per round that dropped rows: whether no compaction followed
+    rebuild = tree_kv.KVRows.rebuild
+
+    def spy(self: Any, running: Any, children: Any) -> None:
+        post = self.post_state
+        buffer = None if post is None else post.cache.layers[0]._key_buffer
+        rows, width = (0, 0) if post is None else (len(post), post.attention_mask.shape[1])
+        rebuild(self, running, children)
+        if self.state is not None and len(self.state) < rows:
+            assert self.state is post
+            same_width = self.state.attention_mask.shape[1] == width
+            if same_width:  # not compacted: the same buffers
+                assert post.cache.layers[0]._key_buffer is buffer
+            drops.append(same_width)
+
+    selects = [0]
+    select = KVState.select
+
+    def count_selects(self: KVState, rows: Any, *args: Any, **kwargs: Any) -> KVState:
+        selects[0] += len(list(rows)) > 1  # one-row copies are the finished rows kept for fallback branches
+        return select(self, rows, *args, **kwargs)
+
+    monkeypatch.setattr(tree_kv.KVRows, "rebuild", spy)
+    monkeypatch.setattr(KVState, "select", count_selects)
+    policy = _policy(tokenizer)
+    config = TreeSamplerConfig(num_leaves=4, global_samples=1,
+                               branch=BranchConfig(alpha=1.0, entropy_weight=0.0, at_boundary=True))
+    sampler = TreeSampler(policy, ChatFormat(tokenizer), config, env_factory=_make_echo)
+    trees = sampler.sample(echo_tasks(4), SAMPLING).trees
+    assert len(drops) >= 2 and any(drops)
+    assert selects[0] == 0  # the running rows are never selected: dropped in place, fed in their order
+    assert _check_logps_against_full_forward(policy, trees) > 20
+
+
 class _LongEchoEnv(EchoEnv):
     """Never ends before its turn limit (6): every path runs to it, so a tree's budget is spent in flight or by a
     second phase of fallback branches."""

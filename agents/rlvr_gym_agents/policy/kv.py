@@ -5,7 +5,8 @@
   decoding step.
 - :class:`KVState`: the cache of a batch of rows with the holes left by left-padding, explicit position ids and the
   ids sampled but not yet run. ``state.select([0, 0, 1])`` copies rows into a new state; ``state.append_rows([1])``
-  adds a copy of row 1 in place, into spare rows when the buffers have them (branching from a prefix).
+  adds a copy of row 1 in place, into spare rows when the buffers have them (branching from a prefix), and
+  ``state.retain_rows([0, 2])`` drops the other rows in place, copying only as many rows as it drops.
 - :class:`RewindInfo` / :func:`merge_kv_states`: tree rollouts rewind a row to a turn boundary by keeping the
   real slots it had at a snapshot (cutting the later ones out, or masking them as holes in a batch), and stack rows
   of several states padding shorter caches with hole slots (positions are explicit, so a hole changes nothing a
@@ -165,6 +166,24 @@ class GrowableLayer(DynamicLayer):
         torch.index_select(values, 0, indices, out=self._value_buffer[rows:rows + added, :, : self._length, :])
         self._rows, self._value_extent = rows + added, None
 
+    def move_rows(self, sources: torch.Tensor, targets: torch.Tensor, rows: int) -> None:
+        """Copies the filled rows ``sources`` onto the rows ``targets`` in place (1-D long tensors of one length, no row
+        in both), then keeps the first ``rows`` rows filled; the rows after them become spare rows. Keys that require
+        grad take ``DynamicLayer``'s path (indexing a copy)."""
+        keys, values = self.keys, self.values
+        if keys is None or values is None or keys.dim() != 4 or self._length == 0:
+            return
+        self._check_assigned_together()
+        if keys.requires_grad or values.requires_grad:
+            order = torch.arange(self._rows, device=sources.device)
+            order[targets] = sources
+            super().batch_select_indices(order[:rows])
+            return
+        if len(sources):  # keys and values are views of the buffers: the copies land there
+            keys.index_copy_(0, targets, keys.index_select(0, sources))
+            values.index_copy_(0, targets, values.index_select(0, sources))
+        self._rows = rows
+
     def set_buffers(self, key_buffer: torch.Tensor, value_buffer: torch.Tensor, length: int,
                     rows: int | None = None) -> None:
         """Makes (rows capacity, heads, slots capacity, head_dim) tensors the buffers, their first ``rows`` rows
@@ -288,6 +307,43 @@ class KVState:
                     layer.batch_select_indices(index)
         return KVState(cache, self.attention_mask[index], self.next_position[index],
                        [list(self.pending[r]) for r in rows])
+
+    def retain_rows(self, rows: Sequence[int]) -> list[int]:
+        """Keeps the distinct ``rows`` in place and drops the others: a kept row at or past ``len(rows)`` moves into a
+        dropped row before it, so only as many rows are copied as were dropped (a :class:`GrowableLayer`; other layers
+        are copied whole). The freed rows of a :class:`GrowableLayer` become spare rows for :meth:`append_rows`.
+
+        Returns:
+            The old index of each row of the state, ``len(rows)`` of them: the kept rows, not in ``rows``' order.
+
+        Raises:
+            ValueError: ``rows`` repeats a row or names one the state does not have.
+        """
+        kept = set(rows)
+        if len(kept) != len(rows) or not kept <= set(range(len(self))):
+            raise ValueError(f"retain_rows needs distinct rows of 0..{len(self) - 1}, got {list(rows)}")
+        count = len(rows)
+        targets = [r for r in range(count) if r not in kept]
+        sources = [r for r in rows if r >= count]
+        order = list(range(count))
+        for target, source in zip(targets, sources, strict=True):
+            order[target] = source
+        if order == list(range(len(self))):
+            return order
+        device = self.attention_mask.device
+        index = torch.as_tensor(order, dtype=torch.long, device=device)
+        if self.attention_mask.shape[1] > 0:
+            moved = torch.as_tensor(sources, dtype=torch.long, device=device)
+            into = torch.as_tensor(targets, dtype=torch.long, device=device)
+            for layer in self.cache.layers:
+                if isinstance(layer, GrowableLayer):
+                    layer.move_rows(moved, into, count)
+                else:
+                    layer.batch_select_indices(index)
+        self.attention_mask = self.attention_mask[index]
+        self.next_position = self.next_position[index]
+        self.pending = [self.pending[r] for r in order]
+        return order
 
     def append_rows(self, rows: Sequence[int]) -> KVState:
         """Appends, in place, a copy of each of ``rows`` (repeats allowed) after the last row: children branching

@@ -71,7 +71,8 @@ class KVRows:
         start at the path's boundary; they decode in the same call, from a copy of the path's row.
 
         Returns:
-            The paths that generated (``running``, then the children in the order made) and their generations.
+            The paths that generated, in the rows of the merged state (the warm paths in the order of their rows, each
+            call's children after its paths, then the fresh paths) and their generations.
         """
         if not self.reuse:
             return running, self.policy.generate([self.context_ids(p) for p in running], self.sampling)[0]
@@ -81,17 +82,19 @@ class KVRows:
             self.state = merge_kv_states(parts + [row for _, row in self.joining], self.spare_rows())
             self.rows += [path_id for path_id, _ in self.joining]
             self.joining = []
-        warm = [p for p in running if not p.fresh]
+        row_of = {path_id: row for row, path_id in enumerate(self.rows)}
+        warm = sorted((p for p in running if not p.fresh), key=lambda p: row_of[p.path_id])  # the state's row order
         fresh = [p for p in running if p.fresh]
         out: dict[int, Generation] = {}
-        states, order = [], []
+        states: list[Any] = []
+        order: list[_Path] = []
         self.rewind = None
         for paths in (warm, fresh):
             if not paths:
                 continue
             state = None
             if paths is warm:
-                rows = [self.rows.index(p.path_id) for p in warm]
+                rows = [row_of[p.path_id] for p in warm]
                 state = (self.state if rows == list(range(len(self.state)))
                          else self.state.select(rows, spare_rows=self.spare_rows()))
                 self.rewind = RewindInfo.of(state, [p.path_id for p in warm])
@@ -101,22 +104,19 @@ class KVRows:
             # generate feeds and forks ``state`` in place (``self.state`` too, when it is that state): nothing reads
             # self.state or self.rows again before rebuild() replaces them
             gens, state = self.policy.generate([p.episode.feed_ids for p in paths], self.sampling, state, copies)
-            rows_of = paths + children
+            order += paths + children
             made += children
-            out.update({p.path_id: g for p, g in zip(rows_of, gens, strict=True)})
+            out.update({p.path_id: g for p, g in zip(paths + children, gens, strict=True)})
             states.append(state)
-            order += [p.path_id for p in rows_of]
-        generated = running + made
-        merged = merge_kv_states(states, self.spare_rows())
-        if order != [p.path_id for p in generated]:
-            merged = merged.select([order.index(p.path_id) for p in generated])
-        self.post_state = merged
-        return generated, [out[p.path_id] for p in generated]
+        self.post_state = merge_kv_states(states, self.spare_rows())
+        return order, [out[p.path_id] for p in order]
 
     def rebuild(self, running: list[_Path], children: list[tuple[_Path, int]]) -> None:
-        """The next round's state: the surviving running rows, then each warm child's copy of its parent's row rewound
-        to the branch boundary by masking the round's slots (a fresh parent's child is fresh too and feeds its full
-        context), selected in one copy and compacted (:meth:`KVState.compact`) when holes take a tenth of it."""
+        """The next round's state from this round's (``running`` in its rows, as :meth:`generate` returned them): the
+        surviving running rows, then each warm child's copy of its parent's row rewound to the branch boundary by
+        masking the round's slots (a fresh parent's child is fresh too and feeds its full context), and compacted
+        (:meth:`KVState.compact`) when holes take a tenth of it. Without such children the finished rows are dropped
+        in place (:meth:`KVState.retain_rows`); with them the rows are selected in one copy."""
         post_state = self.post_state
         if post_state is None:
             return
@@ -126,12 +126,15 @@ class KVRows:
         keep = [row for row, p in enumerate(running) if not p.done]
         warm_children = [(child, row) for child, row in children if not child.fresh]
         rows = keep + [row for _, row in warm_children]
-        self.rows = [running[row].path_id for row in keep] + [child.path_id for child, _ in warm_children]
         if not rows:
-            self.state = None
+            self.state, self.rows = None, []
+        elif not warm_children:  # the finished rows dropped in place, only as many rows copied as finished
+            self.state = post_state
+            self.rows = [running[row].path_id for row in post_state.retain_rows(keep)]
         else:
-            self.state = (post_state if rows == list(range(len(running)))
-                          else post_state.select(rows, spare_rows=self.spare_rows()))
+            self.state = post_state.select(rows, spare_rows=self.spare_rows())
+            self.rows = [running[row].path_id for row in keep] + [child.path_id for child, _ in warm_children]
+        if self.state is not None:
             for index, (_, row) in enumerate(warm_children, start=len(keep)):
                 assert self.rewind is not None  # a warm child's parent was a warm row of this round
                 self.rewind.mask_row(self.state, index, running[row].path_id)

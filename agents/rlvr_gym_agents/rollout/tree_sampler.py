@@ -345,7 +345,7 @@ class _Run:
         else:
             generated, generations = self.kv.generate(running)
             probe = self.config.branch.probe_tokens
-            for row, (path, generation) in enumerate(zip(running, generations, strict=True)):  # forks before it steps
+            for row, (path, generation) in enumerate(zip(generated, generations, strict=True)):  # forks before it steps
                 children += [(c, row) for c in self._maybe_branch(path, segment_entropy(generation.entropies, probe))]
         if self.kv.rewind is not None:
             for path in running:
