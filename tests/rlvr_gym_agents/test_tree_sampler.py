@@ -11,7 +11,7 @@ from agent_helpers import training_batch, tree_token_advantages
 from rlvr_gym_agents.credit.estimators import group_advantages
 from rlvr_gym_agents.policy import SamplingParams, TransformersPolicy
 from rlvr_gym_agents.policy.chat import ChatFormat
-from rlvr_gym_agents.rollout.branching import BranchConfig
+from rlvr_gym_agents.rollout.branching import BranchConfig, BranchState
 from rlvr_gym_agents.rollout.tree import RolloutTree
 from rlvr_gym_agents.rollout.tree_sampler import TreeSampler, TreeSamplerConfig
 from rlvr_gym_agents.warmstart.tiny import build_model, build_word_tokenizer
@@ -390,6 +390,8 @@ def test_finished_rows_are_dropped_in_place_and_the_next_round_feeds_the_rows_in
         buffer = None if post is None else post.cache.layers[0]._key_buffer
         rows, width = (0, 0) if post is None else (len(post), post.attention_mask.shape[1])
         rebuild(self, running, children)
+        if self.state is not None:  # freed rows are kept only while the next round can use about half of them
+            assert self.state.row_capacity <= 2 * (len(self.state) + self.spare_rows())
         if self.state is not None and len(self.state) < rows:
             assert self.state is post
             same_width = self.state.attention_mask.shape[1] == width
@@ -414,6 +416,75 @@ def test_finished_rows_are_dropped_in_place_and_the_next_round_feeds_the_rows_in
     assert len(drops) >= 2 and any(drops)
     assert selects[0] == 0  # the running rows are never selected: dropped in place, fed in their order
     assert _check_logps_against_full_forward(policy, trees) > 20
+
+
+def test_children_decided_after_the_turn_copy_their_parents_row_after_rows_moved(
+        tokenizer: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Deciding after the turn, a child names its parent's row in the round's generate order. Once a finished row in
+    the middle was dropped in place (a later row moved into it), that order is not the path order: a child that
+    copied the row at its parent's place in ``running`` would extend another path's context, and its log-probs
+    would not be a full forward pass's."""
+    from rlvr_gym_agents.rollout import tree_sampler
+
+    made = itertools.count()
+
+    class OneEndsEarly(_LongEchoEnv):
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self.number = next(made)
+
+        def _step(self, action: str) -> Any:
+            return StepResult("Wrong.", 0.0, self.number == 1, False, {})  # the second env ends after one turn
+
+    moved = [0]
+    round_ = tree_sampler._Run._round
+
+    def count_moved(self: Any, running: list[Any]) -> None:
+        warm = [p.path_id for p in running if not p.fresh]
+        moved[0] += [row for row in self.kv.rows if row in warm] != warm
+        round_(self, running)
+
+    monkeypatch.setattr(tree_sampler._Run, "_round", count_moved)
+    monkeypatch.setattr(BranchState, "decide", lambda self, *args, **kwargs: True)  # every boundary branches
+    policy = _policy(tokenizer)
+    config = TreeSamplerConfig(num_leaves=6, global_samples=3, fallback="prompt",
+                               branch=BranchConfig(alpha=1.0, entropy_weight=0.0, at_boundary=False))
+    sampler = TreeSampler(policy, ChatFormat(tokenizer), config, env_factory=lambda env_id, **kw: OneEndsEarly(**kw))
+    trees = sampler.sample(echo_tasks(2), SAMPLING).trees
+    assert moved[0] > 0 and sum(len(tree.leaves()) for tree in trees) == 12
+    assert _check_logps_against_full_forward(policy, trees) > 20
+
+
+def test_the_kv_buffers_shrink_when_most_rows_finish(tokenizer: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows dropped in place stay in the buffers as spare rows; when most paths finish, the rows the next round can
+    use (running rows and the children it can fork) are selected into buffers of their size instead, so a few long
+    paths do not carry the batch's first row count to ever longer contexts."""
+    from rlvr_gym_agents.rollout import tree_kv
+
+    made = itertools.count()
+
+    class FewRunLong(_LongEchoEnv):
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self.long = next(made) % 8 == 0  # one env in eight runs to the turn limit, the others end after one turn
+
+        def _step(self, action: str) -> Any:
+            return StepResult("Wrong.", 0.0, not self.long, False, {})
+
+    held: list[tuple[int, int]] = []
+    rebuild = tree_kv.KVRows.rebuild
+
+    def spy(self: Any, running: Any, children: Any) -> None:
+        rebuild(self, running, children)
+        if self.state is not None:
+            held.append((self.state.row_capacity, len(self.state) + self.spare_rows()))
+
+    monkeypatch.setattr(tree_kv.KVRows, "rebuild", spy)
+    policy = _policy(tokenizer)
+    config = TreeSamplerConfig(num_leaves=8, global_samples=8, fallback="prompt", branch=NEVER)
+    sampler = TreeSampler(policy, ChatFormat(tokenizer), config, env_factory=lambda env_id, **kw: FewRunLong(**kw))
+    sampler.sample(echo_tasks(4), SAMPLING)
+    assert len(held) >= 5 and all(capacity <= 2 * needed for capacity, needed in held)
 
 
 class _LongEchoEnv(EchoEnv):

@@ -39,7 +39,8 @@ class GrowableLayer(DynamicLayer):
     tensor the key buffer, all of it filled (no spare slots or rows), and leaves ``values`` as they were until they
     are assigned too; so code written for ``DynamicLayer`` (which assigns ``keys`` from ``keys``, then ``values``
     from ``values``: ``crop``, ``batch_select_indices``, ``reorder_cache``) keeps working. A shallow copy shares only
-    the filled part: the next write of either layer never lands where the other can see.
+    the filled part: the next ``update`` or ``append_rows`` of either layer never lands where the other can see;
+    ``move_rows`` (dropping rows in place) rewrites filled rows, which a shallow copy does see.
     """
 
     def __init__(self, **kwargs: Any) -> None:
@@ -253,6 +254,12 @@ class KVState:
     def __len__(self) -> int:
         return len(self.pending)
 
+    @property
+    def row_capacity(self) -> int:
+        """Rows the cache's buffers hold: ``len(self)`` plus the spare rows of its :class:`GrowableLayer` s."""
+        return max((layer.row_capacity for layer in self.cache.layers if isinstance(layer, GrowableLayer)),
+                   default=len(self))
+
     def context_lengths(self) -> list[int]:
         """Number of context ids per row (fed and pending)."""
         return [int(n) + len(p) for n, p in zip(self.next_position.tolist(), self.pending)]
@@ -317,11 +324,15 @@ class KVState:
             The old index of each row of the state, ``len(rows)`` of them: the kept rows, not in ``rows``' order.
 
         Raises:
-            ValueError: ``rows`` repeats a row or names one the state does not have.
+            ValueError: ``rows`` repeats a row or names one the state does not have, or a layer's keys and values
+                were last assigned apart (see :class:`GrowableLayer`).
         """
         kept = set(rows)
         if len(kept) != len(rows) or not kept <= set(range(len(self))):
             raise ValueError(f"retain_rows needs distinct rows of 0..{len(self) - 1}, got {list(rows)}")
+        for layer in self.cache.layers:  # before any row moves: a refusal leaves the state as it was
+            if isinstance(layer, GrowableLayer):
+                layer._check_assigned_together()
         count = len(rows)
         targets = [r for r in range(count) if r not in kept]
         sources = [r for r in rows if r >= count]

@@ -47,7 +47,7 @@ class KVRows:
         self.spare_rows = spare_rows
         self.state: Any = None  # rows: the warm running paths
         self.rows: list[int] = []  # the path id of each row of ``state``
-        self.post_state: Any = None  # this round's state after generation, rows in ``running`` order
+        self.post_state: Any = None  # this round's state after generation, rows in the order generate() returned
         self.rewind: RewindInfo | None = None  # the warm rows before this round's call
         self.finished: dict[int, dict[int, Any]] = {}  # task -> path id -> the one-row state the path ended with
         self.joining: list[tuple[int, Any]] = []  # (path id, one-row state) added since the last round
@@ -116,7 +116,9 @@ class KVRows:
         surviving running rows, then each warm child's copy of its parent's row rewound to the branch boundary by
         masking the round's slots (a fresh parent's child is fresh too and feeds its full context), and compacted
         (:meth:`KVState.compact`) when holes take a tenth of it. Without such children the finished rows are dropped
-        in place (:meth:`KVState.retain_rows`); with them the rows are selected in one copy."""
+        in place (:meth:`KVState.retain_rows`), unless the buffers would then hold more than twice the rows the next
+        round can use (the running rows and the children it can fork): then, as with children, the rows are
+        selected in one copy, into buffers of their size."""
         post_state = self.post_state
         if post_state is None:
             return
@@ -128,10 +130,10 @@ class KVRows:
         rows = keep + [row for _, row in warm_children]
         if not rows:
             self.state, self.rows = None, []
-        elif not warm_children:  # the finished rows dropped in place, only as many rows copied as finished
-            self.state = post_state
+        elif not warm_children and post_state.row_capacity <= 2 * (len(keep) + self.spare_rows()):
+            self.state = post_state  # the finished rows dropped in place, only as many rows copied as finished
             self.rows = [running[row].path_id for row in post_state.retain_rows(keep)]
-        else:
+        else:  # children to add, or most rows finished: the rows the next round needs, in buffers of their size
             self.state = post_state.select(rows, spare_rows=self.spare_rows())
             self.rows = [running[row].path_id for row in keep] + [child.path_id for child, _ in warm_children]
         if self.state is not None:
