@@ -128,13 +128,14 @@ class KVRows:
         keep = [row for row, p in enumerate(running) if not p.done]
         warm_children = [(child, row) for child, row in children if not child.fresh]
         rows = keep + [row for _, row in warm_children]
+        spare_rows = self.spare_rows()
         if not rows:
             self.state, self.rows = None, []
-        elif not warm_children and post_state.row_capacity <= 2 * (len(keep) + self.spare_rows()):
+        elif not warm_children and post_state.row_capacity <= 2 * (len(keep) + spare_rows):
             self.state = post_state  # the finished rows dropped in place, only as many rows copied as finished
             self.rows = [running[row].path_id for row in post_state.retain_rows(keep)]
         else:  # children to add, or most rows finished: the rows the next round needs, in buffers of their size
-            self.state = post_state.select(rows, spare_rows=self.spare_rows())
+            self.state = post_state.select(rows, spare_rows=spare_rows)
             self.rows = [running[row].path_id for row in keep] + [child.path_id for child, _ in warm_children]
         if self.state is not None:
             for index, (_, row) in enumerate(warm_children, start=len(keep)):
