@@ -275,7 +275,8 @@ class TrainLoopConfig:
     precision: str = "mixed"
     """``mixed``: fp32 master weights (parameters, gradients, AdamW state), forward passes of the update and the warm
     start under ``torch.autocast`` to ``model.dtype`` when it is bfloat16/float16 (:mod:`rlvr_gym_agents.update.
-    precision`); ``pure``: parameters in ``model.dtype`` (bf16 AdamW steps at lr 1e-6 mostly round away)."""
+    precision`; float16 with a dynamic loss scale, saved in the checkpoint); ``pure``: parameters in ``model.dtype``
+    (bf16 AdamW steps at lr 1e-6 mostly round away)."""
     max_time_s: float | None = None
     """Stop RL after this many seconds (None: no cap)."""
     max_generated_tokens: int | None = None

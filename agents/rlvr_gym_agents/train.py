@@ -161,6 +161,7 @@ def _train(config: TrainConfig, env_factory: Callable[..., Env], step_executor: 
         sampler = build_sampler(config, rollout_policy, chat, env_factory, step_executor)
     sync_weights(policy, rollout_policy, sampler, start_step)  # also on resume
     updater = closing.enter_context(contextlib.closing(build_updater(config, policy, optimizer, run_dir)))
+    updater.load_loss_scaler_state(state.get("loss_scaler"))  # float16's loss scale, on resume
     run = Run(config, policy, rollout_policy, sampler, optimizer, credit_config(config), updater, train_tasks)
     rl_began = time.monotonic()
     tokens = sum(r["tokens_generated"] for r in logger.read() if r["phase"] == "rl")  # a resumed run's so far
@@ -178,6 +179,7 @@ def _train(config: TrainConfig, env_factory: Callable[..., Env], step_executor: 
         if stop or periodic or step == config.train.num_steps:
             state["metrics_lines"] = logger.num_lines()
             run.updater.pull_optimizer_state()  # a learner group's; the trainer's model already has its weights
+            state["loss_scaler"] = run.updater.loss_scaler_state()
             save_checkpoint(checkpoint_dir, policy.model, policy.tokenizer, optimizer, step, policy.generator, state)
         if stop:
             console.note(f"RL stopped by {stop} after step {step}")

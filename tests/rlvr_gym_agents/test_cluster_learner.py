@@ -37,6 +37,7 @@ from rlvr_gym_agents.train import (
     update_config,
 )
 from rlvr_gym_agents.update.ppo import PPOUpdater, ppo_update
+from rlvr_gym_agents.update.precision import grad_scaler
 
 from rlvr_gym import TaskSuite
 from rlvr_gym.testing.toy import echo_tasks
@@ -193,6 +194,42 @@ def test_an_fsdp2_checkpoint_written_from_rank_0_resumes_on_every_rank(
     for h in held:
         assert h["parameters"] <= 0.51 * full  # dim-0 shards: half, up to one row of padding per tensor
         assert 0 <= h["optimizer_state"] - 2 * h["parameters"] <= 100  # two moments per element, one step per tensor
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
+def test_float16_ranks_skip_an_overflowed_step_together_and_keep_one_loss_scale(
+        group: LearnerGroup, fsdp_group: LearnerGroup, batch: tuple[list[Trajectory], torch.Tensor],
+        tiny_model_dir: Path, strategy: str) -> None:
+    """``model.dtype: float16``: every rank scales its loss; with a checkpoint's scale of 2^60 the backward pass
+    overflows, every rank skips the step (no weight moves, rank 0's sharded or whole weights alike) and halves the
+    scale; from 2^16 the next update moves the weights as one process's scaled update does."""
+    learners = group if strategy == "ddp" else fsdp_group
+    trajectories, advantages = batch
+    config = _config(tiny_model_dir)
+    config.model.dtype = "float16"
+    one = copy.deepcopy(load_policy(config, str(tiny_model_dir)).model)
+    initial = copy.deepcopy(one.state_dict())
+    optimizer = build_optimizer(config, one)
+    learners.config = update_config(config)
+    learners.mirror = load_policy(config, str(tiny_model_dir)).model
+    learners.mirror_optimizer = build_optimizer(config, learners.mirror)
+    learners.load_state(initial, build_optimizer(config, copy.deepcopy(one)).state_dict())
+    scaler = grad_scaler("cpu", "float16")
+    assert scaler is not None
+    learners.load_loss_scaler_state({**scaler.state_dict(), "scale": 2.0**60})
+    torch.manual_seed(11)
+    metrics = learners.update(trajectories, advantages)
+    assert metrics["skipped_steps"] == 4.0 and metrics["loss_scale"] == 2.0**56  # 2 epochs x 2 mini-batches
+    assert _relative_difference(initial, learners.state_dict()) == 0.0
+    learners.load_loss_scaler_state(scaler.state_dict())
+    torch.manual_seed(11)
+    metrics = learners.update(trajectories, advantages)
+    torch.manual_seed(11)
+    expected = ppo_update(one, optimizer, trajectories, advantages, update_config(config), None, 0, scaler)
+    assert metrics["skipped_steps"] == expected["skipped_steps"] == 0.0
+    assert learners.loss_scaler_state() == scaler.state_dict()
+    assert _relative_difference(initial, one.state_dict()) > 1e-4
+    assert _relative_difference(one.state_dict(), learners.state_dict()) <= 1e-3  # float16 sums in another order
 
 
 def _check_same_step_as_one(group: LearnerGroup, batch: tuple[list[Trajectory], torch.Tensor], tiny_model_dir: Path,

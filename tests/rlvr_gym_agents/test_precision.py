@@ -12,8 +12,8 @@ from rlvr_gym_agents.config import ConfigError, load_config
 from rlvr_gym_agents.policy import TransformersPolicy
 from rlvr_gym_agents.rollout import Trajectory
 from rlvr_gym_agents.train import update_config
-from rlvr_gym_agents.update.ppo import ppo_update
-from rlvr_gym_agents.update.precision import autocast, autocast_dtype, parameter_dtype
+from rlvr_gym_agents.update.ppo import PPOUpdater, ppo_update
+from rlvr_gym_agents.update.precision import autocast, autocast_dtype, grad_scaler, parameter_dtype
 
 RECIPES = Path(__file__).resolve().parents[2] / "agents" / "recipes"
 
@@ -83,6 +83,65 @@ def test_bf16_autocast_loss_curve_matches_fp32(tiny_policy: TransformersPolicy) 
     assert fp32[-1] < fp32[0]  # it learns
     for a, b in zip(fp32, bf16):
         assert b == pytest.approx(a, rel=0.01, abs=1e-3)
+
+
+def test_only_float16_gets_a_loss_scaler() -> None:
+    assert grad_scaler("cpu", None) is None and grad_scaler("cpu", "bfloat16") is None
+    scaler = grad_scaler("cpu", "float16")
+    assert isinstance(scaler, torch.amp.GradScaler) and scaler.is_enabled() and scaler.get_scale() == 2.0**16
+
+
+def _float16_update(policy: TransformersPolicy, advantage: float, scaler: torch.amp.GradScaler | None,
+                    ) -> tuple[float, dict[str, float]]:
+    """One float16-autocast update of a copy of ``policy`` with every advantage ``+-advantage``; returns the largest
+    change of a weight matrix and the metrics."""
+    config = update_config(load_config(None, ["algorithm.epochs=1", "algorithm.num_minibatches=1",
+                                              "model.dtype=float16"]))
+    model = copy.deepcopy(policy.model)
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
+    torch.manual_seed(0)
+    metrics = ppo_update(model, optimizer, _trajectories(policy), torch.tensor([1.0, -1.0, 0.5, -0.5]) * advantage,
+                         config, None, policy.pad_token_id, scaler)
+    moved = max(float((p.detach() - before[name]).abs().max()) for name, p in model.named_parameters())
+    return moved, metrics
+
+
+def test_float16_update_scales_the_loss_so_small_gradients_do_not_underflow(tiny_policy: TransformersPolicy) -> None:
+    """Advantages of 1e-6: in float16 the loss's gradients (~1e-8 per logit) are below its smallest subnormal (6e-8),
+    so without a scaler the backward pass gives exact zeros and AdamW moves nothing; scaled by 2^16 they survive and
+    AdamW (which normalises the gradient) moves weights by about the learning rate."""
+    unscaled, _ = _float16_update(tiny_policy, 1e-6, None)
+    scaled, metrics = _float16_update(tiny_policy, 1e-6, grad_scaler("cpu", "float16"))
+    assert unscaled == 0.0
+    assert scaled > 5e-4
+    assert metrics["loss_scale"] == 2.0**16 and metrics["skipped_steps"] == 0.0
+
+
+def test_float16_update_skips_a_step_whose_gradients_overflow(tiny_policy: TransformersPolicy) -> None:
+    """A scale of 2^60 overflows float16 (max 65504) in the backward pass: the step is skipped (no weight moves),
+    counted, and the scale halves."""
+    scaler = grad_scaler("cpu", "float16")
+    assert scaler is not None
+    scaler.load_state_dict({**scaler.state_dict(), "scale": 2.0**60})
+    moved, metrics = _float16_update(tiny_policy, 1.0, scaler)
+    assert moved == 0.0
+    assert metrics["skipped_steps"] == 1.0 and metrics["loss_scale"] == 2.0**59
+
+
+def test_updater_keeps_its_loss_scale_for_the_checkpoint(tiny_policy: TransformersPolicy) -> None:
+    config = update_config(load_config(None, ["model.dtype=float16"]))
+    model = copy.deepcopy(tiny_policy.model)
+    updater = PPOUpdater(model, torch.optim.AdamW(model.parameters()), config, None, tiny_policy.pad_token_id)
+    state = updater.loss_scaler_state()
+    assert state is not None and state["scale"] == 2.0**16
+    resumed = PPOUpdater(model, torch.optim.AdamW(model.parameters()), config, None, tiny_policy.pad_token_id)
+    resumed.load_loss_scaler_state({**state, "scale": 1024.0, "_growth_tracker": 7})
+    assert resumed.scaler is not None and resumed.scaler.get_scale() == 1024.0
+    assert resumed.loss_scaler_state() == {**state, "scale": 1024.0, "_growth_tracker": 7}
+    bf16 = PPOUpdater(model, torch.optim.AdamW(model.parameters()), update_config(load_config(None, [])), None,
+                      tiny_policy.pad_token_id)
+    assert bf16.scaler is None and bf16.loss_scaler_state() is None
 
 
 @pytest.mark.parametrize("recipe", sorted(p.name for p in RECIPES.glob("qwen2.5-0.5b-*.yaml")))

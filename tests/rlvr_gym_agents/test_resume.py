@@ -288,3 +288,22 @@ def test_truncating_the_log_keeps_the_first_records(tmp_path: Path) -> None:
     logger.truncate(3)
     assert [r["step"] for r in logger.read()] == [0, 1, 2] and logger.num_lines() == 3
     assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl"]
+
+
+def test_a_float16_run_keeps_its_loss_scale_across_a_resume(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """``model.dtype=float16`` (fp32 master weights, float16 autocast): the checkpoint holds the loss scaler's state
+    and a resumed run continues it (its count of overflow-free steps goes on from the checkpoint's instead of
+    restarting at 0, as a fresh scaler's would)."""
+    argv = [*_overrides(tiny_model_dir, tmp_path), "model.dtype=float16"]
+    assert train_main(argv) == 0
+
+    def scaler_state() -> dict[str, float]:
+        state = torch.load(tmp_path / "run" / "checkpoint" / "trainer_state.pt", weights_only=False)
+        return dict(state["extra"]["loss_scaler"])
+
+    first = scaler_state()
+    assert first["scale"] == 2.0**16
+    per_step, rest = divmod(int(first["_growth_tracker"]), NUM_STEPS)  # optimizer steps per RL step, none skipped
+    assert per_step >= 1 and rest == 0
+    assert train_main([*argv, f"train.num_steps={NUM_STEPS + 2}"]) == 0
+    assert scaler_state()["_growth_tracker"] == per_step * (NUM_STEPS + 2)

@@ -399,3 +399,32 @@ def test_a_batch_without_imitated_actions_leaves_the_weights_finite(tiny_model_d
         value = _optimizer_step(model, torch.optim.AdamW(model.parameters(), lr=1e-3), torch.tensor([ids]),
                                 torch.tensor([roles]), None, weight)
         assert math.isnan(value) and all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_behaviour_cloning_in_float16_steps_through_a_loss_scaler(tiny_model_dir: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under float16 autocast each step's loss is scaled (the scaler's growth tracker counts 5 clean steps) and
+    the weights still learn; bf16 gets no scaler."""
+    import rlvr_gym_agents.warmstart.sft as sft_module
+
+    made: list[torch.amp.GradScaler | None] = []
+    original = sft_module.grad_scaler
+
+    def spy(device: torch.device | str, dtype: str | None) -> torch.amp.GradScaler | None:
+        made.append(original(device, dtype))
+        return made[-1]
+
+    monkeypatch.setattr(sft_module, "grad_scaler", spy)
+    model, tokenizer = load_model_and_tokenizer(str(tiny_model_dir))
+    chat = ChatFormat(tokenizer)
+    examples = [demonstration_ids(demonstrate(t, gold_expert, 0.0, random.Random(0)), chat) for t in echo_tasks(8)]
+    seen: list[float] = []
+    behaviour_cloning(model, examples, episodes_per_batch=4, learning_rate=3e-3, warmup_steps=1, max_steps=5,
+                      loss_threshold=0.0, max_time_s=120, seed=0, autocast_dtype="float16",
+                      on_step=lambda step, loss: seen.append(loss))
+    scaler = made[-1]
+    assert scaler is not None and scaler.state_dict()["_growth_tracker"] == 5 and scaler.get_scale() == 2.0**16
+    assert seen[-1] < seen[0]
+    behaviour_cloning(model, examples, episodes_per_batch=4, learning_rate=3e-3, warmup_steps=1, max_steps=1,
+                      loss_threshold=0.0, max_time_s=120, seed=0, autocast_dtype="bfloat16")
+    assert made[-1] is None

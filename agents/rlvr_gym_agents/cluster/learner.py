@@ -66,6 +66,7 @@ from rlvr_gym_agents.update.ppo import (
     minibatch_plan,
     update_shard,
 )
+from rlvr_gym_agents.update.precision import grad_scaler, model_device
 
 ModelFactory = Callable[[], torch.nn.Module]
 """Builds the trainable model (weights are replaced by the trainer's right after); runs inside each rank."""
@@ -122,6 +123,7 @@ class LearnerRank:
         self.reference_factory = reference_factory
         self.ref_model: torch.nn.Module | None = None
         self.sync: TorchDistributedSync | None = None
+        self.scaler: torch.amp.GradScaler | None = None  # float16's loss scaler, built at the first update
 
     def pid(self) -> int:
         """This rank's process id."""
@@ -199,8 +201,21 @@ class LearnerRank:
         """This rank's share of one update (:func:`~rlvr_gym_agents.update.ppo.update_shard` on ``owned``)."""
         trajectories, advantages, plan, loss_config, config, pad_token_id = batch
         assert self.sync is not None and self.optimizer is not None, "join() first"
+        if config.autocast_dtype != "float16":
+            self.scaler = None
+        elif self.scaler is None:  # kept across updates (and loaded from a checkpoint)
+            self.scaler = grad_scaler(model_device(self.model), config.autocast_dtype)
         return update_shard(self.model, self.optimizer, trajectories, advantages, config, loss_config, self.ref_model,
-                            pad_token_id, plan, owned, self.sync)
+                            pad_token_id, plan, owned, self.sync, self.scaler)
+
+    def loss_scaler_state(self) -> dict[str, Any] | None:
+        """This rank's loss scaler state (every rank's is the same: they skip and grow together); None without one."""
+        return self.scaler.state_dict() if self.scaler is not None else None
+
+    def load_loss_scaler_state(self, state: dict[str, Any]) -> None:
+        """Restores a checkpoint's loss scaler (float16 autocast)."""
+        self.scaler = torch.amp.GradScaler(model_device(self.model).type)
+        self.scaler.load_state_dict(state)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """The model's whole weights, on the CPU (fsdp2: gathered on rank 0, every rank must call; others get {})."""
@@ -376,6 +391,15 @@ class LearnerGroup:
         checkpoints it)."""
         if self.mirror_optimizer is not None:
             self.mirror_optimizer.load_state_dict(self._from_rank_0("optimizer_state", "reading the optimizer state"))
+
+    def loss_scaler_state(self) -> dict[str, Any] | None:
+        """Rank 0's float16 loss scaler state (None without one), for the checkpoint."""
+        return self._gather([self.ranks[0].loss_scaler_state.remote()], "reading the loss scale")[0]
+
+    def load_loss_scaler_state(self, state: dict[str, Any] | None) -> None:
+        """Gives every rank a checkpoint's loss scaler state (nothing to do for None)."""
+        if state:
+            self._gather([rank.load_loss_scaler_state.remote(state) for rank in self.ranks], "loading the loss scale")
 
     def _from_rank_0(self, method: str, what: str) -> Any:
         """Rank 0's answer to ``method``; with fsdp2 every rank is asked (it is a collective), rank 0's is kept."""

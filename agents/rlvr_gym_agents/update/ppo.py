@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -25,7 +25,7 @@ from rlvr_gym_agents.credit.estimators import broadcast_to_tokens
 from rlvr_gym_agents.rollout.types import Trajectory
 from rlvr_gym_agents.update.correction import rollout_correction
 from rlvr_gym_agents.update.losses import BatchStats, LossConfig, batch_stats, policy_loss, stats_of
-from rlvr_gym_agents.update.precision import autocast, model_device
+from rlvr_gym_agents.update.precision import autocast, grad_scaler, model_device
 from rlvr_gym_agents.update.scoring import PrefixTreeScorer
 
 
@@ -57,7 +57,7 @@ class UpdateConfig:
 
 def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, trajectories: list[Trajectory],
                advantages: torch.Tensor, config: UpdateConfig, ref_model: torch.nn.Module | None,
-               pad_token_id: int) -> dict[str, float]:
+               pad_token_id: int, scaler: torch.amp.GradScaler | None = None) -> dict[str, float]:
     """``epochs`` x ``num_minibatches`` clipped policy-gradient steps on a batch of trajectories.
 
     Each mini-batch's distinct prompts (and, with ``share_tree_prefixes``, shared turns) run once
@@ -74,16 +74,19 @@ def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, traject
         trajectories: B trajectories; advantages: (B,) one per trajectory, or (B, T') per token with T' at least
             the longest trajectory (right-padded; cropped to it).
         ref_model: the frozen reference policy for the KL term (None when ``kl_coef == 0``).
+        scaler: the dynamic loss scaler of float16 autocast (:func:`~rlvr_gym_agents.update.precision.grad_scaler`;
+            None: none). It persists across updates; a step whose gradients overflowed is skipped.
 
     Returns:
         Means over the optimizer steps of the loss metrics (``pg_loss``, ``kl``, ``entropy``, ``loss``: sums over
         micro-batches; ratio and clip fractions: token-weighted means), plus ``grad_norm`` and
-        ``train_tokens_per_s`` (real, unpadded tokens).
+        ``train_tokens_per_s`` (real, unpadded tokens); with a scaler, ``loss_scale`` (after the update) and
+        ``skipped_steps`` (optimizer steps skipped for overflowed gradients; ``grad_norm`` then averages inf).
     """
     plan = minibatch_plan(len(trajectories), config)
     loss_config = batch_loss_config(config.loss, trajectories)
     return merge_shards([update_shard(model, optimizer, trajectories, advantages, config, loss_config, ref_model,
-                                      pad_token_id, plan)])
+                                      pad_token_id, plan, scaler=scaler)])
 
 
 class Updater(Protocol):
@@ -102,6 +105,14 @@ class Updater(Protocol):
         """Makes the trainer's optimizer hold the optimizer state the updates left (before a checkpoint)."""
         ...
 
+    def loss_scaler_state(self) -> dict[str, Any] | None:
+        """float16's loss scaler state (``torch.amp.GradScaler.state_dict()``) for the checkpoint; None without one."""
+        ...
+
+    def load_loss_scaler_state(self, state: dict[str, Any] | None) -> None:
+        """Restores :meth:`loss_scaler_state` on resume."""
+        ...
+
     def close(self) -> None:
         """Releases what the updater started (processes, Ray)."""
         ...
@@ -117,12 +128,27 @@ class PPOUpdater:
     ref_model: torch.nn.Module | None
     pad_token_id: int
     version: int = 0
+    scaler: torch.amp.GradScaler | None = None
+    """float16 autocast's loss scaler (built from ``config.autocast_dtype`` when None)."""
+
+    def __post_init__(self) -> None:
+        if self.scaler is None:
+            self.scaler = grad_scaler(model_device(self.model), self.config.autocast_dtype)
 
     def update(self, trajectories: list[Trajectory], advantages: torch.Tensor) -> dict[str, float]:
-        """:func:`ppo_update` with this updater's model, optimizer, settings and reference model."""
+        """:func:`ppo_update` with this updater's model, optimizer, settings, reference model and loss scaler."""
         self.version += 1
         return ppo_update(self.model, self.optimizer, trajectories, advantages, self.config, self.ref_model,
-                          self.pad_token_id)
+                          self.pad_token_id, self.scaler)
+
+    def loss_scaler_state(self) -> dict[str, Any] | None:
+        """The loss scaler's ``state_dict()`` (None without one), for the checkpoint."""
+        return self.scaler.state_dict() if self.scaler is not None else None
+
+    def load_loss_scaler_state(self, state: dict[str, Any] | None) -> None:
+        """Restores the loss scaler from a checkpoint (nothing to do without one, or without a saved state)."""
+        if self.scaler is not None and state:
+            self.scaler.load_state_dict(state)
 
     def pull_optimizer_state(self) -> None:
         """Nothing to do: the trainer's optimizer is the one that stepped."""
@@ -192,12 +218,15 @@ class ShardResult:
     """Real (unpadded) tokens trained on, over all epochs."""
     seconds: float
     """Wall time of the optimizer steps."""
+    loss_scale: float | None = None
+    """float16's loss scale after the update (None without a scaler)."""
 
 
 def update_shard(model: torch.nn.Module, optimizer: torch.optim.Optimizer, trajectories: list[Trajectory],
                  advantages: torch.Tensor, config: UpdateConfig, loss_config: LossConfig,
                  ref_model: torch.nn.Module | None, pad_token_id: int, plan: list[torch.Tensor],
-                 owned: list[int] | None = None, sync: GradientSync | None = None) -> ShardResult:
+                 owned: list[int] | None = None, sync: GradientSync | None = None,
+                 scaler: torch.amp.GradScaler | None = None) -> ShardResult:
     """The optimizer steps of ``plan`` on the rows ``owned`` of a batch; with ``sync``, one rank's share of them.
 
     Alone (``owned`` None, ``sync`` None) this is :func:`ppo_update`'s work. In a learner group every rank gets the
@@ -212,6 +241,8 @@ def update_shard(model: torch.nn.Module, optimizer: torch.optim.Optimizer, traje
         plan: the global row indices of each optimizer step (:func:`minibatch_plan`).
         owned: the rows this rank scores and back-propagates (None: all).
         sync: how ranks combine statistics and gradients (None: one process).
+        scaler: float16's loss scaler (:func:`ppo_update`). Every rank skips the same steps: replicas hold the
+            same summed gradients, and torch's scaler checks sharded (DTensor) gradients over all shards.
     """
     rows_here = list(range(len(trajectories))) if owned is None else list(owned)
     local_of = {row: i for i, row in enumerate(rows_here)}
@@ -237,13 +268,20 @@ def update_shard(model: torch.nn.Module, optimizer: torch.optim.Optimizer, traje
             sync.gather_parameters()
         stats = _shard_stats(model, batch, local, loss_config, config, sync) if sync is not None else None
         steps.append(_accumulate_gradients(model, batch, local, loss_config, config.micro_batch_tokens,
-                                           config.temperature, config.autocast_dtype, stats) if len(local) else [])
+                                           config.temperature, config.autocast_dtype, stats, scaler) if len(local) else [])
         if sync is not None:
             sync.sum_gradients(list(model.parameters()))
+        if scaler is not None:
+            scaler.unscale_(optimizer)  # the true gradients, for clipping and for the overflow check
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
         norms.append(float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm))  # sharded grads: a DTensor
-        optimizer.step()
-    return ShardResult(steps, norms, correction, config.epochs * sum(batch.lengths), time.monotonic() - began)
+        if scaler is not None:
+            scaler.step(optimizer)  # skipped when a gradient is inf/NaN
+            scaler.update()
+        else:
+            optimizer.step()
+    return ShardResult(steps, norms, correction, config.epochs * sum(batch.lengths), time.monotonic() - began,
+                       scaler.get_scale() if scaler is not None else None)
 
 
 def merge_shards(shards: list[ShardResult]) -> dict[str, float]:
@@ -258,6 +296,9 @@ def merge_shards(shards: list[ShardResult]) -> dict[str, float]:
         history.append(step_metrics)
     means = {key: float(np.mean([h[key] for h in history if key in h])) for key in history[0]}
     means["train_tokens_per_s"] = sum(s.tokens for s in shards) / max(max(s.seconds for s in shards), 1e-9)
+    if shards[0].loss_scale is not None:
+        means["loss_scale"] = shards[0].loss_scale
+        means["skipped_steps"] = float(sum(not np.isfinite(n) for n in shards[0].grad_norms))
     weighted = [(s.correction, s.tokens) for s in shards if s.correction]
     correction = ({key: sum(c[key] * w for c, w in weighted) / max(sum(w for _, w in weighted), 1)
                    for key in weighted[0][0]} if len(weighted) > 1 else dict(weighted[0][0]) if weighted else {})
@@ -282,14 +323,16 @@ def _correct_rollout_mismatch(model: torch.nn.Module, batch: _UpdateBatch, loss_
 
 def _accumulate_gradients(model: torch.nn.Module, batch: _UpdateBatch, rows: torch.Tensor, loss_config: LossConfig,
                           max_tokens: int | None, temperature: float, autocast_dtype: str | None = None,
-                          stats: BatchStats | None = None) -> list[tuple[dict[str, float], float]]:
+                          stats: BatchStats | None = None, scaler: torch.amp.GradScaler | None = None,
+                          ) -> list[tuple[dict[str, float], float]]:
     """Backpropagates the loss of mini-batch ``rows``, micro-batch by micro-batch; returns each micro-batch's
     metrics and valid-token count (:func:`_combine_micro_metrics` makes the step's metrics of them).
 
     ``stats`` (a learner group's, over all ranks' rows) are used as given. Else, with one micro-batch,
     ``policy_loss`` takes the statistics from its own forward pass; with several, they come from the whole
     mini-batch (:func:`_minibatch_stats`), so every micro-batch loss is a summand of the same loss.
-    Forward passes run under autocast to ``autocast_dtype`` (None: off); backward passes outside it.
+    Forward passes run under autocast to ``autocast_dtype`` (None: off); backward passes outside it, on the loss
+    times ``scaler``'s scale when given (the shared prefixes' backward carries the scaled gradients).
     """
     needs_entropy = (loss_config.entropy_coef > 0 or loss_config.entropy_advantage_weight > 0
                      or loss_config.top_entropy_quantile < 1.0)
@@ -310,7 +353,7 @@ def _accumulate_gradients(model: torch.nn.Module, batch: _UpdateBatch, rows: tor
             ref_logp=batch.ref_logp[micro, :width] if batch.ref_logp is not None else None,
             rollout_weights=batch.rollout_weights[micro, :width] if batch.rollout_weights is not None else None,
         )
-        loss.backward()
+        (scaler.scale(loss) if scaler is not None else loss).backward()
         metrics["loss"] = float(loss.detach())
         parts.append((metrics, float(batch.mask[micro].sum())))
     scorer.backward()

@@ -16,6 +16,14 @@ parameters at lr 1e-6 (the GPU recipes), 10 steps changed 0.7% of a 256x256 matr
 weights 99.95% (``shared/reference/pitfalls.md``; ``tests/rlvr_gym_agents/test_precision.py`` re-measures it).
 Micikevicius et al. 2018, "Mixed Precision Training" (fp32 master copy); bf16 needs no loss scaling.
 
+float16 does (same paper, section 3.2): its smallest subnormal is 6e-8, so the backward pass of a loss whose
+gradients are small (a policy-gradient loss with advantages near 0, a learning signal spread over many tokens)
+rounds them to zero in the float16 matrix multiplies, and the step changes nothing. Under ``mixed`` with
+``model.dtype: float16`` the update and the SFT warm start scale the loss dynamically with ``torch.amp.GradScaler``
+(:func:`grad_scaler`): the loss is multiplied by the scale before ``backward()``, the fp32 gradients are divided by
+it before clipping, a step whose gradients overflowed (inf/NaN) is skipped and halves the scale, and 2,000
+steps in a row without overflow double it.
+
 Where it applies: the update (``ppo_update``: the recomputed log-probs, the reference model's, the mismatch
 correction's pi_old) and the SFT warm start. Rollouts and evaluations by the transformers engine run in the
 parameters' dtype (fp32); a vLLM engine holds its own bf16 copy (synced weights are cast to it), and the difference
@@ -51,6 +59,15 @@ def autocast(device: torch.device | str, dtype: str | None) -> contextlib.Abstra
         return contextlib.nullcontext()
     device_type = torch.device(device).type
     return torch.autocast(device_type=device_type, dtype=getattr(torch, dtype))
+
+
+def grad_scaler(device: torch.device | str, dtype: str | None) -> torch.amp.GradScaler | None:
+    """A dynamic loss scaler (``torch.amp.GradScaler`` on ``device``'s type, its defaults: initial scale 2^16,
+    growth 2x every 2,000 steps without overflow, backoff 0.5x) when forward passes autocast to ``float16``; None for
+    ``bfloat16`` (its range is fp32's) and fp32."""
+    if dtype != "float16":
+        return None
+    return torch.amp.GradScaler(torch.device(device).type)
 
 
 def model_device(model: torch.nn.Module) -> torch.device:

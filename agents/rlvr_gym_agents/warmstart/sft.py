@@ -20,7 +20,7 @@ from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from rlvr_gym import Task
 from rlvr_gym_agents.batching import pad_right
 from rlvr_gym_agents.policy.chat import ChatFormat
-from rlvr_gym_agents.update.precision import autocast, model_device
+from rlvr_gym_agents.update.precision import autocast, grad_scaler, model_device
 from rlvr_gym_agents.warmstart.demonstrations import (
     ACTION,
     CONTEXT,
@@ -91,7 +91,8 @@ def behaviour_cloning(model: torch.nn.Module, examples: Sequence[tuple[list[int]
             backward and the optimizer step outside it), as the RL update does under ``train.precision: mixed``; None
             (default) runs in the parameters' dtype. One autocast region must never span optimizer steps: autocast
             caches the low-precision copy of every weight until its region ends, so later forward passes would run on
-            the first step's weights (:mod:`rlvr_gym_agents.update.precision`).
+            the first step's weights (:mod:`rlvr_gym_agents.update.precision`). ``float16`` also scales the loss
+            dynamically (:func:`~rlvr_gym_agents.update.precision.grad_scaler`).
         context_loss_weight: >= 0; each step minimises ``action_loss + context_loss_weight * context_loss`` (mean
             nats per action token and per context token); the threshold, ``loss`` and its curve are the action loss.
 
@@ -114,6 +115,7 @@ def behaviour_cloning(model: torch.nn.Module, examples: Sequence[tuple[list[int]
         raise ValueError(f"sft.context_loss_weight must be finite and >= 0, got {context_loss_weight}")
     average = None if ema_decay is None else AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(ema_decay))
     optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
+    scaler = grad_scaler(model_device(model), autocast_dtype)
     batches = _batches(examples, episodes_per_batch, seed)
     model.train()
     start, ema, tokens, stopped_by, step = time.monotonic(), None, 0, "max_steps", 0
@@ -126,7 +128,7 @@ def behaviour_cloning(model: torch.nn.Module, examples: Sequence[tuple[list[int]
         for group in optimizer.param_groups:
             group["lr"] = learning_rate * warmup_cosine(step - 1, warmup_steps, max_steps, spent)
         ids, roles = next(batches)
-        value = _optimizer_step(model, optimizer, ids, roles, autocast_dtype, context_loss_weight)
+        value = _optimizer_step(model, optimizer, ids, roles, autocast_dtype, context_loss_weight, scaler)
         if average is not None:
             average.update_parameters(model)
         ema = value if ema is None else 0.9 * ema + 0.1 * value
@@ -149,16 +151,25 @@ def behaviour_cloning(model: torch.nn.Module, examples: Sequence[tuple[list[int]
 
 
 def _optimizer_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, ids: torch.Tensor,
-                    roles: torch.Tensor, autocast_dtype: str | None = None, context_loss_weight: float = 0.0) -> float:
+                    roles: torch.Tensor, autocast_dtype: str | None = None, context_loss_weight: float = 0.0,
+                    scaler: torch.amp.GradScaler | None = None) -> float:
     """One clipped (global L2 norm 1.0) optimizer step on the batch's cross-entropy; returns the actions' loss. The
-    forward pass alone runs under autocast (a fresh region per step: see :func:`behaviour_cloning`)."""
+    forward pass alone runs under autocast (a fresh region per step: see :func:`behaviour_cloning`); with float16's
+    ``scaler`` the loss is scaled for the backward pass and a step whose gradients overflowed is skipped."""
     with autocast(model_device(model), autocast_dtype):
         action_loss, context_loss = _cross_entropy(model, ids, roles, with_context=context_loss_weight > 0.0)
         loss = action_loss + context_loss_weight * context_loss if context_loss_weight > 0.0 else action_loss
     optimizer.zero_grad(set_to_none=True)
-    loss.backward()
+    if scaler is None:
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        return action_loss.item()
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    optimizer.step()
+    scaler.step(optimizer)
+    scaler.update()
     return action_loss.item()
 
 
