@@ -406,6 +406,10 @@ class TrainConfig:
         if self.train.precision not in PRECISIONS:
             raise ConfigError(f"train.precision must be mixed (fp32 master weights, autocast) or pure (parameters in "
                               f"model.dtype), got {self.train.precision!r}")
+        if self.train.precision == "pure" and self.model.dtype == "float16":
+            raise ConfigError("train.precision=pure with model.dtype=float16 trains float16 parameters without loss "
+                              "scaling (small gradients round to zero, AdamW's epsilon too); use train.precision=mixed "
+                              "(fp32 master weights, float16 autocast with a loss scale) or model.dtype=bfloat16")
         lora = self.model.lora
         if lora.rank < 0 or lora.alpha <= 0 or not 0.0 <= lora.dropout < 1.0 or not lora.target_modules:
             raise ConfigError(f"model.lora needs rank >= 0 (0 = off), alpha > 0, dropout in [0, 1) and target_modules; "

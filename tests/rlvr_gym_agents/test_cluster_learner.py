@@ -220,6 +220,7 @@ def test_float16_ranks_skip_an_overflowed_step_together_and_keep_one_loss_scale(
     torch.manual_seed(11)
     metrics = learners.update(trajectories, advantages)
     assert metrics["skipped_steps"] == 4.0 and metrics["loss_scale"] == 2.0**56  # 2 epochs x 2 mini-batches
+    assert metrics["grad_norm"] == float("inf")  # no step's gradients were finite
     assert _relative_difference(initial, learners.state_dict()) == 0.0
     learners.load_loss_scaler_state(scaler.state_dict())
     torch.manual_seed(11)
@@ -227,6 +228,9 @@ def test_float16_ranks_skip_an_overflowed_step_together_and_keep_one_loss_scale(
     torch.manual_seed(11)
     expected = ppo_update(one, optimizer, trajectories, advantages, update_config(config), None, 0, scaler)
     assert metrics["skipped_steps"] == expected["skipped_steps"] == 0.0
+    import ray
+
+    assert ray.get([rank.loss_scaler_state.remote() for rank in learners.ranks]) == [scaler.state_dict()] * 2
     assert learners.loss_scaler_state() == scaler.state_dict()
     assert _relative_difference(initial, one.state_dict()) > 1e-4
     assert _relative_difference(one.state_dict(), learners.state_dict()) <= 1e-3  # float16 sums in another order

@@ -48,6 +48,8 @@ def test_precision_options_pick_parameter_and_autocast_dtypes() -> None:
     assert autocast_dtype("mixed", "float32") is None
     config = load_config(None, ["model.dtype=bfloat16"])
     assert config.train.precision == "mixed" and update_config(config).autocast_dtype == "bfloat16"
+    with pytest.raises(ConfigError, match="without loss scaling"):
+        load_config(None, ["train.precision=pure", "model.dtype=float16"])
     with pytest.raises(ConfigError, match="train.precision must be mixed"):
         load_config(None, ["train.precision=half"])
     with pytest.raises(ConfigError, match="model.dtype must be one of"):
@@ -111,11 +113,31 @@ def test_float16_update_scales_the_loss_so_small_gradients_do_not_underflow(tiny
     """Advantages of 1e-6: in float16 the loss's gradients (~1e-8 per logit) are below its smallest subnormal (6e-8),
     so without a scaler the backward pass gives exact zeros and AdamW moves nothing; scaled by 2^16 they survive and
     AdamW (which normalises the gradient) moves weights by about the learning rate."""
-    unscaled, _ = _float16_update(tiny_policy, 1e-6, None)
+    unscaled, _ = _float16_update(tiny_policy, 1e-6, torch.amp.GradScaler("cpu", enabled=False))
     scaled, metrics = _float16_update(tiny_policy, 1e-6, grad_scaler("cpu", "float16"))
+    fresh, fresh_metrics = _float16_update(tiny_policy, 1e-6, None)  # ppo_update builds one for the call
+    assert fresh == scaled and fresh_metrics["loss_scale"] == 2.0**16
     assert unscaled == 0.0
     assert scaled > 5e-4
     assert metrics["loss_scale"] == 2.0**16 and metrics["skipped_steps"] == 0.0
+
+
+def test_float16_gradients_are_unscaled_before_clipping_and_the_norm(tiny_policy: TransformersPolicy) -> None:
+    """The scaled float16 update reports float32's gradient norm (not 2^16 times it) and, with plain SGD (blind to
+    nothing, unlike AdamW), moves the weights as float32 does."""
+    moves, norms = [], []
+    for dtype, scaler in (("float32", None), ("float16", grad_scaler("cpu", "float16"))):
+        config = update_config(load_config(None, ["algorithm.epochs=1", "algorithm.num_minibatches=1",
+                                                  f"model.dtype={dtype}"]))
+        model = copy.deepcopy(tiny_policy.model)
+        before = [p.detach().clone() for p in model.parameters()]
+        torch.manual_seed(0)
+        metrics = ppo_update(model, torch.optim.SGD(model.parameters(), lr=1e-2), _trajectories(tiny_policy),
+                             torch.tensor([1.0, -1.0, 0.5, -0.5]), config, None, tiny_policy.pad_token_id, scaler)
+        moves.append(torch.cat([(p.detach() - b).reshape(-1) for p, b in zip(model.parameters(), before)]))
+        norms.append(metrics["grad_norm"])
+    assert norms[1] == pytest.approx(norms[0], rel=0.02)
+    assert float((moves[1] - moves[0]).norm() / moves[0].norm()) < 0.05
 
 
 def test_float16_update_skips_a_step_whose_gradients_overflow(tiny_policy: TransformersPolicy) -> None:

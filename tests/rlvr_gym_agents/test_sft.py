@@ -419,12 +419,35 @@ def test_behaviour_cloning_in_float16_steps_through_a_loss_scaler(tiny_model_dir
     chat = ChatFormat(tokenizer)
     examples = [demonstration_ids(demonstrate(t, gold_expert, 0.0, random.Random(0)), chat) for t in echo_tasks(8)]
     seen: list[float] = []
-    behaviour_cloning(model, examples, episodes_per_batch=4, learning_rate=3e-3, warmup_steps=1, max_steps=5,
-                      loss_threshold=0.0, max_time_s=120, seed=0, autocast_dtype="float16",
-                      on_step=lambda step, loss: seen.append(loss))
+    result = behaviour_cloning(model, examples, episodes_per_batch=4, learning_rate=3e-3, warmup_steps=1, max_steps=5,
+                               loss_threshold=0.0, max_time_s=120, seed=0, autocast_dtype="float16",
+                               on_step=lambda step, loss: seen.append(loss))
+    assert result["loss_scale"] == 2.0**16 and result["skipped_steps"] == 0
     scaler = made[-1]
     assert scaler is not None and scaler.state_dict()["_growth_tracker"] == 5 and scaler.get_scale() == 2.0**16
     assert seen[-1] < seen[0]
     behaviour_cloning(model, examples, episodes_per_batch=4, learning_rate=3e-3, warmup_steps=1, max_steps=1,
                       loss_threshold=0.0, max_time_s=120, seed=0, autocast_dtype="bfloat16")
     assert made[-1] is None
+
+
+def test_an_sft_step_in_float16_unscales_before_clipping(tiny_model_dir: Path) -> None:
+    """One clipped SGD step of the warm start in float16 with the loss scaler moves the weights as in float32 (if the
+    gradients were clipped while still scaled by 2^16 the step would be ~1e-5 of it)."""
+    from rlvr_gym_agents.update.precision import grad_scaler
+    from rlvr_gym_agents.warmstart.sft import _optimizer_step
+
+    _model, tokenizer = load_model_and_tokenizer(str(tiny_model_dir))
+    chat = ChatFormat(tokenizer)
+    examples = [demonstration_ids(demonstrate(t, gold_expert, 0.0, random.Random(0)), chat) for t in echo_tasks(4)]
+    ids = torch.nn.utils.rnn.pad_sequence([torch.tensor(i) for i, _ in examples], batch_first=True, padding_value=-1)
+    roles = torch.nn.utils.rnn.pad_sequence([torch.tensor(r) for _, r in examples], batch_first=True)
+    moves = []
+    for dtype in (None, "float16"):
+        copy = load_model_and_tokenizer(str(tiny_model_dir))[0]
+        before = [p.detach().clone() for p in copy.parameters()]
+        _optimizer_step(copy, torch.optim.SGD(copy.parameters(), lr=1e-2), ids, roles, dtype, 0.0,
+                        grad_scaler("cpu", dtype))
+        moves.append(torch.cat([(p.detach() - b).reshape(-1) for p, b in zip(copy.parameters(), before)]))
+    assert float(moves[0].norm()) > 1e-4
+    assert float((moves[1] - moves[0]).norm() / moves[0].norm()) < 0.05

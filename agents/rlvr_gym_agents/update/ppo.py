@@ -74,15 +74,19 @@ def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, traject
         trajectories: B trajectories; advantages: (B,) one per trajectory, or (B, T') per token with T' at least
             the longest trajectory (right-padded; cropped to it).
         ref_model: the frozen reference policy for the KL term (None when ``kl_coef == 0``).
-        scaler: the dynamic loss scaler of float16 autocast (:func:`~rlvr_gym_agents.update.precision.grad_scaler`;
-            None: none). It persists across updates; a step whose gradients overflowed is skipped.
+        scaler: the dynamic loss scaler of float16 autocast (:func:`~rlvr_gym_agents.update.precision.grad_scaler`),
+            kept across updates by the caller; None: a fresh one for this call when ``config.autocast_dtype`` is
+            float16 (none otherwise). A step whose gradients overflowed is skipped.
 
     Returns:
         Means over the optimizer steps of the loss metrics (``pg_loss``, ``kl``, ``entropy``, ``loss``: sums over
         micro-batches; ratio and clip fractions: token-weighted means), plus ``grad_norm`` and
         ``train_tokens_per_s`` (real, unpadded tokens); with a scaler, ``loss_scale`` (after the update) and
-        ``skipped_steps`` (optimizer steps skipped for overflowed gradients; ``grad_norm`` then averages inf).
+        ``skipped_steps`` (optimizer steps skipped for overflowed gradients; ``grad_norm`` averages the other
+        steps', inf when every step was skipped).
     """
+    if scaler is None:
+        scaler = grad_scaler(model_device(model), config.autocast_dtype)
     plan = minibatch_plan(len(trajectories), config)
     loss_config = batch_loss_config(config.loss, trajectories)
     return merge_shards([update_shard(model, optimizer, trajectories, advantages, config, loss_config, ref_model,
@@ -296,9 +300,11 @@ def merge_shards(shards: list[ShardResult]) -> dict[str, float]:
         history.append(step_metrics)
     means = {key: float(np.mean([h[key] for h in history if key in h])) for key in history[0]}
     means["train_tokens_per_s"] = sum(s.tokens for s in shards) / max(max(s.seconds for s in shards), 1e-9)
-    if shards[0].loss_scale is not None:
+    if shards[0].loss_scale is not None:  # a skipped step's norm is inf (its gradients overflowed)
+        finite = [n for n in shards[0].grad_norms if np.isfinite(n)]
+        means["grad_norm"] = float(np.mean(finite)) if finite else float("inf")
         means["loss_scale"] = shards[0].loss_scale
-        means["skipped_steps"] = float(sum(not np.isfinite(n) for n in shards[0].grad_norms))
+        means["skipped_steps"] = float(len(shards[0].grad_norms) - len(finite))
     weighted = [(s.correction, s.tokens) for s in shards if s.correction]
     correction = ({key: sum(c[key] * w for c, w in weighted) / max(sum(w for _, w in weighted), 1)
                    for key in weighted[0][0]} if len(weighted) > 1 else dict(weighted[0][0]) if weighted else {})

@@ -104,7 +104,8 @@ def behaviour_cloning(model: torch.nn.Module, examples: Sequence[tuple[list[int]
         ``{"steps", "loss", "elapsed_s", "tokens_per_s", "stopped_by", "loss_curve", "time_schedule_from_step"}``;
         ``loss_curve`` is the moving average (nats/token) after steps ``curve_every``, ``2 * curve_every``, ...;
         ``time_schedule_from_step`` is the first step whose learning rate followed the time budget (None when
-        the step schedule held throughout, the reproducible case). The final ``loss`` alone is noisy with small
+        the step schedule held throughout, the reproducible case); float16 adds ``loss_scale`` (the last) and
+        ``skipped_steps`` (overflowed, not applied). The final ``loss`` alone is noisy with small
         batches; read ``loss_curve``.
     """
     if curve_every < 1:
@@ -115,7 +116,7 @@ def behaviour_cloning(model: torch.nn.Module, examples: Sequence[tuple[list[int]
         raise ValueError(f"sft.context_loss_weight must be finite and >= 0, got {context_loss_weight}")
     average = None if ema_decay is None else AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(ema_decay))
     optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
-    scaler = grad_scaler(model_device(model), autocast_dtype)
+    scaler, skipped = grad_scaler(model_device(model), autocast_dtype), 0
     batches = _batches(examples, episodes_per_batch, seed)
     model.train()
     start, ema, tokens, stopped_by, step = time.monotonic(), None, 0, "max_steps", 0
@@ -128,7 +129,9 @@ def behaviour_cloning(model: torch.nn.Module, examples: Sequence[tuple[list[int]
         for group in optimizer.param_groups:
             group["lr"] = learning_rate * warmup_cosine(step - 1, warmup_steps, max_steps, spent)
         ids, roles = next(batches)
+        scale = scaler.get_scale() if scaler is not None else 0.0
         value = _optimizer_step(model, optimizer, ids, roles, autocast_dtype, context_loss_weight, scaler)
+        skipped += scaler is not None and scaler.get_scale() < scale  # the step overflowed: skipped, scale halved
         if average is not None:
             average.update_parameters(model)
         ema = value if ema is None else 0.9 * ema + 0.1 * value
@@ -146,8 +149,11 @@ def behaviour_cloning(model: torch.nn.Module, examples: Sequence[tuple[list[int]
     if average is not None:
         model.load_state_dict(average.module.state_dict())
     elapsed = time.monotonic() - start
-    return {"steps": step, "loss": ema, "elapsed_s": elapsed, "tokens_per_s": tokens / max(elapsed, 1e-9),
-            "stopped_by": stopped_by, "loss_curve": curve, "time_schedule_from_step": time_schedule_from}
+    result: dict[str, Any] = {"steps": step, "loss": ema, "elapsed_s": elapsed, "tokens_per_s": tokens / max(elapsed, 1e-9),
+                              "stopped_by": stopped_by, "loss_curve": curve, "time_schedule_from_step": time_schedule_from}
+    if scaler is not None:
+        result.update(loss_scale=scaler.get_scale(), skipped_steps=skipped)
+    return result
 
 
 def _optimizer_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, ids: torch.Tensor,
