@@ -214,7 +214,8 @@ class LearnerRank:
 
     def load_loss_scaler_state(self, state: dict[str, Any]) -> None:
         """Restores a checkpoint's loss scaler (float16 autocast)."""
-        self.scaler = torch.amp.GradScaler(model_device(self.model).type)
+        self.scaler = grad_scaler(model_device(self.model), "float16")
+        assert self.scaler is not None
         self.scaler.load_state_dict(state)
 
     def state_dict(self) -> dict[str, torch.Tensor]:

@@ -25,7 +25,7 @@ from rlvr_gym_agents.credit.estimators import broadcast_to_tokens
 from rlvr_gym_agents.rollout.types import Trajectory
 from rlvr_gym_agents.update.correction import rollout_correction
 from rlvr_gym_agents.update.losses import BatchStats, LossConfig, batch_stats, policy_loss, stats_of
-from rlvr_gym_agents.update.precision import autocast, grad_scaler, model_device
+from rlvr_gym_agents.update.precision import autocast, clipped_step, grad_scaler, model_device, scaled_backward
 from rlvr_gym_agents.update.scoring import PrefixTreeScorer
 
 
@@ -275,15 +275,8 @@ def update_shard(model: torch.nn.Module, optimizer: torch.optim.Optimizer, traje
                                            config.temperature, config.autocast_dtype, stats, scaler) if len(local) else [])
         if sync is not None:
             sync.sum_gradients(list(model.parameters()))
-        if scaler is not None:
-            scaler.unscale_(optimizer)  # the true gradients, for clipping and for the overflow check
-        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+        norm = clipped_step(model, optimizer, config.max_grad_norm, scaler)
         norms.append(float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm))  # sharded grads: a DTensor
-        if scaler is not None:
-            scaler.step(optimizer)  # skipped when a gradient is inf/NaN
-            scaler.update()
-        else:
-            optimizer.step()
     return ShardResult(steps, norms, correction, config.epochs * sum(batch.lengths), time.monotonic() - began,
                        scaler.get_scale() if scaler is not None else None)
 
@@ -359,7 +352,7 @@ def _accumulate_gradients(model: torch.nn.Module, batch: _UpdateBatch, rows: tor
             ref_logp=batch.ref_logp[micro, :width] if batch.ref_logp is not None else None,
             rollout_weights=batch.rollout_weights[micro, :width] if batch.rollout_weights is not None else None,
         )
-        (scaler.scale(loss) if scaler is not None else loss).backward()
+        scaled_backward(loss, scaler)
         metrics["loss"] = float(loss.detach())
         parts.append((metrics, float(batch.mask[micro].sum())))
     scorer.backward()

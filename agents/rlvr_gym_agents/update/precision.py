@@ -70,6 +70,27 @@ def grad_scaler(device: torch.device | str, dtype: str | None) -> torch.amp.Grad
     return torch.amp.GradScaler(torch.device(device).type)
 
 
+def scaled_backward(loss: torch.Tensor, scaler: torch.amp.GradScaler | None) -> None:
+    """``loss.backward()``, on the loss times ``scaler``'s scale when given (float16: :func:`grad_scaler`)."""
+    (scaler.scale(loss) if scaler is not None else loss).backward()
+
+
+def clipped_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, max_norm: float,
+                 scaler: torch.amp.GradScaler | None) -> torch.Tensor:
+    """One optimizer step on the gradients :func:`scaled_backward` left: unscaled first (with ``scaler``), clipped to a
+    global L2 norm of ``max_norm``, then applied; with ``scaler`` the step is skipped when a gradient is inf/NaN and
+    the scale is updated. Returns the norm before clipping (a DTensor for sharded gradients; inf/NaN: overflowed)."""
+    if scaler is not None:
+        scaler.unscale_(optimizer)  # the true gradients, for clipping and for the overflow check
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    if scaler is None:
+        optimizer.step()
+    else:
+        scaler.step(optimizer)
+        scaler.update()
+    return norm
+
+
 def model_device(model: torch.nn.Module) -> torch.device:
     """The device of ``model``'s first parameter."""
     return next(model.parameters()).device

@@ -20,7 +20,7 @@ from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from rlvr_gym import Task
 from rlvr_gym_agents.batching import pad_right
 from rlvr_gym_agents.policy.chat import ChatFormat
-from rlvr_gym_agents.update.precision import autocast, grad_scaler, model_device
+from rlvr_gym_agents.update.precision import autocast, clipped_step, grad_scaler, model_device, scaled_backward
 from rlvr_gym_agents.warmstart.demonstrations import (
     ACTION,
     CONTEXT,
@@ -131,7 +131,8 @@ def behaviour_cloning(model: torch.nn.Module, examples: Sequence[tuple[list[int]
         ids, roles = next(batches)
         scale = scaler.get_scale() if scaler is not None else 0.0
         value = _optimizer_step(model, optimizer, ids, roles, autocast_dtype, context_loss_weight, scaler)
-        skipped += scaler is not None and scaler.get_scale() < scale  # the step overflowed: skipped, scale halved
+        if scaler is not None and scaler.get_scale() < scale:  # overflowed: the step was skipped, the scale halved
+            skipped += 1
         if average is not None:
             average.update_parameters(model)
         ema = value if ema is None else 0.9 * ema + 0.1 * value
@@ -161,21 +162,14 @@ def _optimizer_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, id
                     scaler: torch.amp.GradScaler | None = None) -> float:
     """One clipped (global L2 norm 1.0) optimizer step on the batch's cross-entropy; returns the actions' loss. The
     forward pass alone runs under autocast (a fresh region per step: see :func:`behaviour_cloning`); with float16's
-    ``scaler`` the loss is scaled for the backward pass and a step whose gradients overflowed is skipped."""
+    ``scaler`` the loss is scaled for the backward pass and a step whose gradients overflowed is skipped
+    (:func:`~rlvr_gym_agents.update.precision.clipped_step`)."""
     with autocast(model_device(model), autocast_dtype):
         action_loss, context_loss = _cross_entropy(model, ids, roles, with_context=context_loss_weight > 0.0)
         loss = action_loss + context_loss_weight * context_loss if context_loss_weight > 0.0 else action_loss
     optimizer.zero_grad(set_to_none=True)
-    if scaler is None:
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        return action_loss.item()
-    scaler.scale(loss).backward()
-    scaler.unscale_(optimizer)
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    scaler.step(optimizer)
-    scaler.update()
+    scaled_backward(loss, scaler)
+    clipped_step(model, optimizer, 1.0, scaler)
     return action_loss.item()
 
 
