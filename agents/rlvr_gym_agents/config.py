@@ -13,17 +13,20 @@ import difflib
 import math
 import types
 import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+import rlvr_gym
 import rlvr_gym.registry
 from rlvr_gym import FailureKind
 from rlvr_gym.tracking import TRACKERS
 from rlvr_gym_agents.credit import check_credit
 from rlvr_gym_agents.credit.estimators import GiGPOConfig
 from rlvr_gym_agents.policy.lora import LoRAConfig
+from rlvr_gym_agents.rollout.episode import with_env_kwargs
 from rlvr_gym_agents.rollout.tree_sampler import TreeSamplerConfig
 from rlvr_gym_agents.update.losses import LossConfig
 from rlvr_gym_agents.update.precision import DTYPES, PRECISIONS
@@ -90,6 +93,11 @@ class EnvConfig:
     """``family/suite`` of training tasks; None draws fresh tasks from seeds (generator envs)."""
     test_suite: str | None = None
     """``family/suite`` of held-out tasks; None uses the env's default suite."""
+    kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Constructor arguments of every env the run makes (``rlvr_gym.make(env_id, **kwargs)``: demonstrations,
+    rollouts, evaluations, env workers, and ``rlvr-gym eval`` of the run's checkpoints), e.g.
+    ``describe_tools_in_prompt: false`` for a tool env whose policy learns its tools from demonstrations. The turn
+    limit is ``max_turns``, not a key here."""
     max_turns: int | None = None
     """Overrides the env's turn limit."""
     system_prompt: str | None = None
@@ -105,6 +113,10 @@ class EnvConfig:
     workers (envs in Ray workers wait in parallel), else 4 when the env declares ``concurrent_steps`` (code, rtl:
     steps wait on a sandbox or simulator), else 0. Envs bound to one thread (the web family's Playwright outside a
     pool) need 0. The trajectories are the same either way."""
+
+    def factory(self, make: Callable[..., rlvr_gym.Env] = rlvr_gym.make) -> Callable[..., rlvr_gym.Env]:
+        """``make`` (``rlvr_gym.make`` or an env pool's) with :attr:`kwargs` as defaults of every call."""
+        return with_env_kwargs(make, self.kwargs)
 
     def step_thread_count(self) -> int:
         """``step_threads``, or when unset: ``num_workers`` with a Ray env pool (the workers wait in parallel); in
@@ -132,6 +144,10 @@ class SFTConfig:
     mistake_rate: float = 0.25
     """Fraction of turns where a random admissible action is taken (kept in context; out of the loss unless
     ``train_on_mistakes``)."""
+    mistake_actions: str | None = None
+    """Where the mistakes come from: None = ``info["admissible_actions"]``, or ``package.module:function`` called as
+    ``function(env)`` -> plausible wrong actions for envs that list no admissible actions, e.g.
+    ``rlvr_gym_tools.multihop:plausible_mistakes`` (a lookup of, or an answer naming, another entity in sight)."""
     invalid_rate: float = 0.0
     """Fraction of turns where an action the env rejects is taken (from ``invalid_actions``): its failure
     feedback and the expert's recovery enter the demonstration, the action itself is never imitated."""
@@ -391,6 +407,9 @@ class TrainConfig:
         self.output.dir = self.output.dir.replace("{seed}", str(self.seed))
         if self.algorithm.estimator not in ("grpo", "drgrpo", "rloo"):
             raise ConfigError(f"algorithm.estimator must be grpo, drgrpo or rloo, got {self.algorithm.estimator!r}")
+        if any(not isinstance(key, str) for key in self.env.kwargs) or "max_turns" in self.env.kwargs:
+            raise ConfigError(f"env.kwargs must map argument names to values, without max_turns (set env.max_turns); "
+                              f"got {self.env.kwargs!r}")
         if self.rollout.engine not in ("transformers", "vllm", "fake_vllm"):
             raise ConfigError(f"rollout.engine must be transformers, vllm or fake_vllm, got {self.rollout.engine!r}")
         if self.model.tokenizer not in ("bpe", "word") or self.model.vocab_size < 262:
@@ -604,6 +623,8 @@ def _coerce(hint: Any, value: Any, name: str) -> Any:
     base = next((a for a in args if a is not type(None)), hint) if is_union else hint
     if typing.get_origin(base) is tuple:
         return _coerce_tuple(base, value, name)
+    if typing.get_origin(base) is dict and not isinstance(value, dict):
+        raise ConfigError(f"{name} must be a mapping, got {value!r}")
     if base is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if base is float and isinstance(value, str):  # YAML 1.1 reads "1e-3" (no dot) as a string

@@ -45,7 +45,7 @@ import torch
 import rlvr_gym
 from rlvr_gym import Env, FailureKind, Task, load_suite, spec
 from rlvr_gym_agents.cluster.rollout_workers import AsyncRollouts, RolloutWorkers, remote_sampler
-from rlvr_gym_agents.config import TrainConfig, TrainLoopConfig, to_dict
+from rlvr_gym_agents.config import ConfigError, TrainConfig, TrainLoopConfig, to_dict
 from rlvr_gym_agents.console import Console
 from rlvr_gym_agents.credit import CreditConfig, assign_credit, informative_groups, sibling_advantage_metrics
 from rlvr_gym_agents.credit.rewards import Penalty
@@ -237,10 +237,16 @@ def check_recipe_inputs(config: TrainConfig) -> None:
         rlvr_gym.tasks.SuiteNotFoundError: a suite does not exist (the message suggests the closest).
         ValueError: too few test tasks, or train and test suites share ids (``load_task_sources``).
         FileNotFoundError / UnknownModelError: ``model.path_or_id`` names no loadable model.
+        ConfigError: ``env.kwargs`` holds an argument the env does not take.
     """
     train_tasks, test_tasks = load_task_sources(config)
     for env_id in sorted({task.env_id for task in [*(train_tasks or []), *test_tasks]}):
         spec(env_id)
+    if config.env.kwargs:
+        try:
+            config.env.factory()(config.env.env_id).close()
+        except TypeError as error:
+            raise ConfigError(f"env.kwargs {config.env.kwargs} do not fit {config.env.env_id}: {error}") from None
     if config.model.path_or_id is not None:
         check_model_source(config.model.path_or_id)
 
@@ -470,12 +476,12 @@ def env_factory_of(config: TrainConfig) -> Iterator[Callable[..., Env]]:
     close envs all along."""
     if config.env.num_workers == 0:
         with spec(config.env.env_id).hold_shared_resources():
-            yield rlvr_gym.make
+            yield config.env.factory(rlvr_gym.make)
         return
     from rlvr_gym.workers import EnvPool
 
     with EnvPool(config.env.num_workers, remote=config.env.remote, ray_address=config.cluster.ray_address) as pool:
-        yield pool.make
+        yield config.env.factory(pool.make)
 
 
 @contextlib.contextmanager

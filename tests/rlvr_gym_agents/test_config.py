@@ -56,6 +56,8 @@ def test_ints_are_accepted_for_floats() -> None:
     ("sft.context_loss_weight=.inf", "sft.context_loss_weight must be finite and >= 0"),
     ("model.tokenizer=char", "model.tokenizer must be bpe or word"),
     ("model.vocab_size=100", "model.vocab_size >= 262"),
+    ("env.kwargs=3", "env.kwargs must be a mapping"),
+    ("env.kwargs.max_turns=3", "without max_turns"),
 ])
 def test_bad_overrides_name_the_problem(override: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
@@ -152,3 +154,28 @@ def test_env_step_threads_default_to_concurrent_steps_for_sandboxed_envs(overrid
 
     with step_executor_of(load_config(None, overrides)) as executor:
         assert (0 if executor is None else executor._max_workers) == threads  # type: ignore[attr-defined]
+
+
+def test_env_kwargs_reach_every_env_the_run_makes(tmp_path: Path) -> None:
+    import rlvr_gym_tools  # noqa: F401  (registers the tools family)
+
+    from rlvr_gym.registry import make
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("env:\n  env_id: tools/MultiHopQA-v0\n  kwargs:\n    describe_tools_in_prompt: false\n",
+                      encoding="utf-8")
+    config = load_config(recipe, ["env.kwargs.enable_python=false"])
+    assert config.env.kwargs == {"describe_tools_in_prompt": False, "enable_python": False}
+    env = config.env.factory(make)("tools/MultiHopQA-v0")
+    observation, _ = env.reset(seed=0)
+    assert "Question:" in observation and "Tools:" not in observation and "python" not in env.tools
+    listed = config.env.factory(make)("tools/MultiHopQA-v0", describe_tools_in_prompt=True)  # a call's own wins
+    assert "Tools:" in listed.reset(seed=0)[0]
+    assert load_config(None).env.factory(make) is make  # no kwargs: make itself
+
+
+def test_env_kwargs_the_env_does_not_take_are_refused_before_any_work() -> None:
+    from rlvr_gym_agents.train import check_recipe_inputs
+    config = load_config(None, ["env.env_id=tools/MultiHopQA-v0", "env.test_suite=tools/multihop_easy_test",
+                                "eval.num_tasks=2", "env.kwargs.describe_tool=false"])
+    with pytest.raises(ConfigError, match="env.kwargs .*describe_tool.* do not fit tools/MultiHopQA-v0"):
+        check_recipe_inputs(config)

@@ -24,7 +24,7 @@ def _run_dir(tiny_model_dir: Path, tmp_path: Path) -> Path:
     shutil.copytree(tiny_model_dir, run / "checkpoint")
     config = load_config(None, ["env.system_prompt=Answer with one command.", "rollout.max_new_tokens=3",
                                 "env.max_turns=2", "model.device=cuda", "model.dtype=bfloat16",
-                                "model.max_context_tokens=64"])
+                                "model.max_context_tokens=64", "env.kwargs.describe_tools_in_prompt=false"])
     (run / "config.json").write_text(json.dumps(to_dict(config)), encoding="utf-8")
     return run
 
@@ -36,6 +36,7 @@ def test_a_checkpoint_is_evaluated_as_trained(tiny_model_dir: Path, tmp_path: Pa
     agent = load_agent(str(run / "checkpoint"))
     assert agent.chat.system_prompt == "Answer with one command."
     assert agent.sampling.max_new_tokens == 3 and agent.max_turns == 2
+    assert agent.env_kwargs == {"describe_tools_in_prompt": False}  # the run's env.kwargs make its envs
     assert agent.policy.max_context_tokens == 64  # type: ignore[attr-defined]
     policy = agent.policy
     assert isinstance(agent, PolicyAgent) and next(policy.model.parameters()).dtype == torch.bfloat16  # type: ignore[attr-defined]
@@ -46,6 +47,7 @@ def test_a_checkpoint_is_evaluated_as_trained(tiny_model_dir: Path, tmp_path: Pa
     assert next(explicit.policy.model.parameters()).dtype == torch.float32  # type: ignore[attr-defined]
     plain = load_agent(str(tiny_model_dir))
     assert plain.sampling.max_new_tokens == 32 and plain.chat.system_prompt is None and plain.max_turns is None
+    assert plain.env_kwargs == {}
 
 
 def test_cli_eval_flags_reach_the_model_agent(tiny_model_dir: Path, tmp_path: Path,

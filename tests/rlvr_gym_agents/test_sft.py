@@ -217,6 +217,40 @@ def test_invalid_mistakes_are_rejected_never_imitated_and_followed_by_recovery()
     assert sum(d.success for d in demos) >= 12  # the expert recovers after each rejected action
 
 
+def test_mistakes_come_from_the_mistake_actions_hook() -> None:
+    env = rlvr_gym.make("testing/Echo-v0")
+    env.reset(seed=0)
+    info = {"admissible_actions": ["say info"]}
+    actions = {sft_action(env, info, lambda _: "say apple", random.Random(seed), 0.5, 0.0, None, True,
+                          lambda _: ["say hook", "say apple"]) for seed in range(40)}
+    assert actions == {("say hook", True), ("say apple", True)}  # the hook's list, never the expert's own action
+    without = {sft_action(env, info, lambda _: "say apple", random.Random(seed), 0.5, 0.0, None, False)[0]
+               for seed in range(40)}
+    assert without == {"say info", "say apple"}  # no hook: info["admissible_actions"]
+    env.close()
+
+
+def test_tool_demonstrations_with_plausible_mistakes_and_env_kwargs() -> None:
+    from rlvr_gym_agents.config import EnvConfig, SFTConfig
+    from rlvr_gym_agents.warmstart.demonstrations import collect_demonstrations
+    from rlvr_gym_tools.suites import generate_easy_tasks
+
+    sft = SFTConfig(expert="oracle", mistake_rate=0.3, train_on_mistakes=True,
+                    mistake_actions="rlvr_gym_tools.multihop:plausible_mistakes")
+    env = EnvConfig(env_id="tools/MultiHopQA-v0", kwargs={"describe_tools_in_prompt": False})
+    tasks = generate_easy_tasks(env.env_id, "train", 40, 500)
+    demos = collect_demonstrations(sft, env, tasks, 40, seed=0)
+    assert all("Tools:" not in d.observations[0] for d in demos)  # env.kwargs reached the demonstrations' envs
+    clean = collect_demonstrations(SFTConfig(expert="oracle", mistake_rate=0.0), env, tasks, 40, seed=0)
+    assert all(d.success for d in clean)
+    noisy = [d for d, c in zip(demos, clean) if d.actions != c.actions]
+    assert len(noisy) >= 10  # mistakes were injected, and imitated (train_on_mistakes)
+    assert all(all(d.trained) for d in demos)
+    recovered = [d for d, c in zip(demos, clean) if d.success and len(d.actions) > len(c.actions)]
+    assert recovered  # a wrong lookup followed by the oracle's recovery still solves the task
+    assert 0.3 < sum(d.success for d in demos) / len(demos) < 0.95  # wrong answers end some episodes unsolved
+
+
 def test_invalid_mistakes_slip_on_the_experts_verb() -> None:
     env = rlvr_gym.make("testing/Echo-v0")
     env.reset(seed=0)

@@ -149,3 +149,32 @@ def test_tag_format_episode() -> None:
     obs, _, _, _, info = env.step(f"<lookup>{start}</lookup>")
     assert "failure" not in info and start in obs
     assert env.step(f"<answer>{task.data['answer']}</answer>").reward == 1.0
+
+
+def test_plausible_mistakes_name_the_entities_in_sight() -> None:
+    from rlvr_gym_tools.multihop import plausible_mistakes
+
+    env = MultiHopQAEnv(hops=2, question_kinds=("entity",), enable_python=False)
+    assert plausible_mistakes(env) == []  # before the first reset
+    env.reset(seed=3)
+    start = env.data["plan"]["chains"][0]["start"]
+    assert plausible_mistakes(env) == [f"lookup(entity={start!r})", f"<answer>{start}</answer>"]
+    env.step(env.oracle_action())
+    document = env.kb.lookup(start)
+    named = sorted(name for name in env.kb.types if name in document or name in env.data["question"])
+    assert len(named) >= 3  # the subject and the objects of its relations
+    assert plausible_mistakes(env) == ([f"lookup(entity={n!r})" for n in named] + [f"<answer>{n}</answer>" for n in named])
+
+
+def test_oracle_recovers_after_looking_up_the_wrong_entity() -> None:
+    for seed in range(20):
+        env = MultiHopQAEnv(hops=2, question_kinds=("entity",), enable_python=False)
+        env.reset(seed=seed)
+        env.step(env.oracle_action())  # the start entity's document
+        needed = env.oracle_action()  # the second hop's lookup
+        wrong = next(n for n in sorted(env.kb.types) if n in env.last_observation and repr(n) not in needed)
+        env.step(f"lookup(entity={wrong!r})")  # an injected mistake: another entity of the response
+        assert env.oracle_action() == needed  # the oracle asks for the document it needs again
+        result = env.step(needed)
+        result = env.step(env.oracle_action())
+        assert result.terminated and result.reward == 1.0, seed

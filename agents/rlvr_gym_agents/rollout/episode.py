@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
+from typing import Any
 
 import rlvr_gym
 from rlvr_gym import Env, Failure, FailureKind, Task
@@ -23,6 +24,17 @@ from rlvr_gym.episode import EnvEpisode, StepOutcome
 from rlvr_gym_agents.policy.base import Generation
 from rlvr_gym_agents.policy.chat import ChatFormat
 from rlvr_gym_agents.rollout.types import Turn
+
+
+def with_env_kwargs(make: Callable[..., Env], kwargs: dict[str, Any]) -> Callable[..., Env]:
+    """``make`` whose calls get ``kwargs`` (a call's own keyword arguments win); ``make`` itself when empty."""
+    if not kwargs:
+        return make
+
+    def make_with_kwargs(env_id: str, **overrides: Any) -> Env:
+        return make(env_id, **{**kwargs, **overrides})
+
+    return make_with_kwargs
 
 
 def context_overflow(context_tokens: int, max_new_tokens: int, window: int) -> Failure | None:

@@ -107,7 +107,8 @@ def import_callable(target: str, setting: str) -> Any:
 def demonstrate(task: Task, expert: Expert, mistake_rate: float, rng: random.Random,
                 env_factory: Callable[..., Env] = rlvr_gym.make, max_turns: int | None = None,
                 train_on_mistakes: bool = False, invalid_rate: float = 0.0,
-                invalid_actions: Callable[[Env], list[str]] | None = None) -> Demonstration:
+                invalid_actions: Callable[[Env], list[str]] | None = None,
+                mistake_actions: Callable[[Env], list[str]] | None = None) -> Demonstration:
     """Runs one episode with ``expert``, random admissible mistakes and actions the env rejects.
 
     Each turn draws one uniform number u: u < ``invalid_rate`` takes a random action of
@@ -125,6 +126,7 @@ def demonstrate(task: Task, expert: Expert, mistake_rate: float, rng: random.Ran
         train_on_mistakes: mark the admissible mistakes ``trained`` too (imitated), not only kept in context.
         invalid_rate: probability in [0, 1) of an action the env rejects; needs ``invalid_actions``.
         invalid_actions: lists the actions the env's current state rejects.
+        mistake_actions: lists the mistakes to draw from; None: ``info["admissible_actions"]``.
     """
     episode, failure = EnvEpisode.start(task, env_factory, max_turns)
     if episode is None:
@@ -134,7 +136,7 @@ def demonstrate(task: Task, expert: Expert, mistake_rate: float, rng: random.Ran
         while not episode.done:
             assert episode.env is not None
             action, trained = _demonstrated_action(episode.env, episode.info, expert, rng, mistake_rate, invalid_rate,
-                                                   invalid_actions, train_on_mistakes)
+                                                   invalid_actions, train_on_mistakes, mistake_actions)
             demo.observations.append(episode.observation)
             demo.actions.append(action)
             demo.trained.append(trained)
@@ -149,7 +151,8 @@ def demonstrate(task: Task, expert: Expert, mistake_rate: float, rng: random.Ran
 
 def _demonstrated_action(env: Env, info: dict[str, Any], expert: Expert, rng: random.Random, mistake_rate: float,
                          invalid_rate: float, invalid_actions: Callable[[Env], list[str]] | None,
-                         train_on_mistakes: bool) -> tuple[str, bool]:
+                         train_on_mistakes: bool,
+                         mistake_actions: Callable[[Env], list[str]] | None = None) -> tuple[str, bool]:
     """The action of one demonstrated turn and whether it is imitated (see :func:`demonstrate`)."""
     action = expert(env)
     draw = rng.random()
@@ -159,9 +162,11 @@ def _demonstrated_action(env: Env, info: dict[str, Any], expert: Expert, rng: ra
         alike = [a for a in rejected if a.split(" ", 1)[0] == verb]  # a slip on the expert's own command
         if rejected:
             return rng.choice(alike or rejected), False
-    choices = [a for a in info.get("admissible_actions", []) if a != action]
-    if choices and invalid_rate <= draw < invalid_rate + mistake_rate:
-        return rng.choice(choices), train_on_mistakes
+    if invalid_rate <= draw < invalid_rate + mistake_rate:
+        offered = info.get("admissible_actions", []) if mistake_actions is None else mistake_actions(env)
+        choices = [a for a in offered if a != action]
+        if choices:
+            return rng.choice(choices), train_on_mistakes
     return action, True
 
 
@@ -198,14 +203,15 @@ def collect_demonstrations(sft: SFTConfig, env: EnvConfig, tasks: list[Task] | N
     """
     expert = load_expert(sft.expert)
     invalid = None if sft.invalid_actions is None else import_callable(sft.invalid_actions, "sft.invalid_actions")
+    mistakes = None if sft.mistake_actions is None else import_callable(sft.mistake_actions, "sft.mistake_actions")
     pool = tasks or [Task(id=f"demo-{i}", env_id=env.env_id, options={"seed": 3_000_000 + i})
                      for i in range(num_episodes)]
     order = [pool[i % len(pool)] for i in range(num_episodes)]
 
     def run(task: Task, rng: random.Random) -> Demonstration:
-        return demonstrate(task, expert, sft.mistake_rate, rng, max_turns=env.max_turns,
+        return demonstrate(task, expert, sft.mistake_rate, rng, env_factory=env.factory(), max_turns=env.max_turns,
                            train_on_mistakes=sft.train_on_mistakes, invalid_rate=sft.invalid_rate,
-                           invalid_actions=invalid)
+                           invalid_actions=invalid, mistake_actions=mistakes)
 
     if not rlvr_gym.registry.spec(env.env_id).concurrent_steps:
         rng = random.Random(seed)

@@ -258,33 +258,68 @@ class MultiHopOracle:
         return call.to_python() if self.call_format == "python" else call.to_hermes()
 
     def act(self, observation: str, info: dict[str, Any]) -> str:
-        if self.expected == "lookup":
-            self._read_fact(observation)
+        if self.expected == "lookup" and self.chain_index < len(self.plan["chains"]):
+            if not self._read_fact(observation):  # the last call was not the lookup asked for: ask again
+                return self._call("lookup", {"entity": self.current})
         elif self.expected == "calculator":
-            return f"<answer>{_response_body(observation)}</answer>"
+            if _response_name(observation) == "calculator":
+                return f"<answer>{_response_body(observation)}</answer>"
+            return self._calculator_call()
         if self.chain_index < len(self.plan["chains"]):
             self.expected = "lookup"
             return self._call("lookup", {"entity": self.current})
         if self.plan["op"] is None:
             return f"<answer>{self.values[0]}</answer>"
         self.expected = "calculator"
+        return self._calculator_call()
+
+    def _calculator_call(self) -> str:
         return ToolCall(
             "calculator", {"expression": f"{self.values[0]} {self.plan['op']} {self.values[1]}"}
         ).to_hermes()
 
-    def _read_fact(self, observation: str) -> None:
+    def _read_fact(self, observation: str) -> bool:
+        """Reads the fact the plan needs next from a lookup's response; False (nothing read) when the response is
+        not the document of the entity asked for (an injected mistake looked up another one)."""
         chain, document = self.plan["chains"][self.chain_index], _response_body(observation)
         if self.hop < len(chain["relations"]):
             found = read_relation(document, self.current, chain["relations"][self.hop])
-            self.current, self.hop = found or "?", self.hop + 1
+            if found is None:
+                return False
+            self.current, self.hop = found, self.hop + 1
             if self.hop < len(chain["relations"]) or chain["attribute"]:
-                return
+                return True
             self.values.append(self.current)
         else:
-            self.values.append(str(read_attribute(document, self.current, chain["attribute"])))
+            value = read_attribute(document, self.current, chain["attribute"])
+            if value is None:
+                return False
+            self.values.append(str(value))
         self.chain_index, self.hop = self.chain_index + 1, 0
         if self.chain_index < len(self.plan["chains"]):
             self.current = self.plan["chains"][self.chain_index]["start"]
+        return True
+
+
+def plausible_mistakes(env: MultiHopQAEnv) -> list[str]:
+    """Wrong actions a careless reader could take next, for a noisy expert in the warm start
+    (``sft.mistake_actions``): a lookup of, or an answer naming, any entity named in the question or in the last
+    tool response. Some are the expert's own action; the demonstrator leaves that one out. A wrong lookup is
+    recoverable (the oracle looks up the entity it needs again), a wrong answer ends the episode unsolved.
+
+    Returns:
+        Python-style ``lookup`` calls and ``<answer>`` actions, sorted; empty before the first reset.
+    """
+    if not getattr(env, "data", None):
+        return []
+    text = f"{env.data['question']}\n{env.last_observation}"
+    names = sorted(name for name in env.kb.types if name in text)
+    return [ToolCall("lookup", {"entity": n}).to_python() for n in names] + [f"<answer>{n}</answer>" for n in names]
+
+
+def _response_name(observation: str) -> str | None:
+    match = re.search(r'<tool_response name="([^"]*)"', observation)
+    return match.group(1) if match else None
 
 
 def _response_body(observation: str) -> str:
