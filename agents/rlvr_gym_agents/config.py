@@ -94,8 +94,8 @@ class EnvConfig:
     test_suite: str | None = None
     """``family/suite`` of held-out tasks; None uses the env's default suite."""
     kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
-    """Constructor arguments of every env the run makes (``rlvr_gym.make(env_id, **kwargs)``: demonstrations,
-    rollouts, evaluations, env workers, and ``rlvr-gym eval`` of the run's checkpoints), e.g.
+    """Constructor arguments of every ``env_id`` env the run makes (``rlvr_gym.make(env_id, **kwargs)``:
+    demonstrations, rollouts, evaluations, env workers, and ``rlvr-gym eval`` of the run's checkpoints), e.g.
     ``describe_tools_in_prompt: false`` for a tool env whose policy learns its tools from demonstrations. The turn
     limit is ``max_turns``, not a key here."""
     max_turns: int | None = None
@@ -115,8 +115,9 @@ class EnvConfig:
     pool) need 0. The trajectories are the same either way."""
 
     def factory(self, make: Callable[..., rlvr_gym.Env] = rlvr_gym.make) -> Callable[..., rlvr_gym.Env]:
-        """``make`` (``rlvr_gym.make`` or an env pool's) with :attr:`kwargs` as defaults of every call."""
-        return with_env_kwargs(make, self.kwargs)
+        """``make`` (``rlvr_gym.make`` or an env pool's) with :attr:`kwargs` as defaults of every call that builds
+        ``env_id`` (envs of other ids, from a mixed suite, are built without them)."""
+        return with_env_kwargs(make, self.env_id, self.kwargs)
 
     def step_thread_count(self) -> int:
         """``step_threads``, or when unset: ``num_workers`` with a Ray env pool (the workers wait in parallel); in
@@ -619,6 +620,8 @@ def _coerce(hint: Any, value: Any, name: str) -> Any:
     args = typing.get_args(hint)
     if value is None and type(None) in args:
         return None
+    if value is None and typing.get_origin(hint) is dict:  # ``kwargs:`` with every entry commented out
+        return {}
     is_union = typing.get_origin(hint) in (typing.Union, types.UnionType)
     base = next((a for a in args if a is not type(None)), hint) if is_union else hint
     if typing.get_origin(base) is tuple:

@@ -103,18 +103,21 @@ class PolicyAgent:
     Args:
         policy: the policy. chat: the chat format of its tokenizer. sampling: sampling of every turn.
         max_turns: overrides the envs' turn limit when given.
-        env_kwargs: constructor arguments of every env (the run's ``env.kwargs``).
+        env_id, env_kwargs: constructor arguments of every ``env_id`` env (the run's ``env.env_id`` and
+            ``env.kwargs``); envs of other ids are built without them.
     """
 
     def __init__(self, policy: Policy, chat: ChatFormat, sampling: SamplingParams,
-                 max_turns: int | None = None, env_kwargs: dict[str, Any] | None = None) -> None:
+                 max_turns: int | None = None, env_id: str | None = None,
+                 env_kwargs: dict[str, Any] | None = None) -> None:
         self.policy, self.chat, self.sampling, self.max_turns = policy, chat, sampling, max_turns
-        self.env_kwargs = dict(env_kwargs or {})
+        self.env_id, self.env_kwargs = env_id, dict(env_kwargs or {})
 
     def run_episodes(self, jobs: list[tuple[Task, int]], env_factory: Callable[..., Env]) -> list[EpisodeRecord]:
         """One record per ``(task, sample)`` job (see :class:`rlvr_gym.evaluation.EpisodeAgent`)."""
         return policy_records(self.policy, self.chat, jobs, self.sampling,
-                              env_factory=with_env_kwargs(env_factory, self.env_kwargs), max_turns=self.max_turns)
+                              env_factory=with_env_kwargs(env_factory, self.env_id or "", self.env_kwargs),
+                              max_turns=self.max_turns)
 
 
 def load_agent(spec: str, temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int | None = None,
@@ -125,7 +128,7 @@ def load_agent(spec: str, temperature: float = 1.0, top_p: float = 1.0, max_new_
     A checkpoint is evaluated as it was trained: when ``spec`` is a directory inside a run directory (the trainer's
     ``checkpoint``, ``sft_model`` or ``tiny_init``), the run's ``config.json`` supplies the defaults of every
     argument left None: ``system_prompt`` (``env.system_prompt``), ``max_new_tokens`` (``rollout.max_new_tokens``),
-    ``max_turns`` (``env.max_turns``), the envs' constructor arguments (``env.kwargs``), ``device`` and ``dtype`` (``model.*``; a CUDA device falls back to the CPU
+    ``max_turns`` (``env.max_turns``), the constructor arguments of the run's env (``env.kwargs`` for ``env.env_id``), ``device`` and ``dtype`` (``model.*``; a CUDA device falls back to the CPU
     when none is available) and the context window (``model.max_context_tokens``). Without a run: 32 new tokens,
     the CPU, float32, no system prompt. An empty ``system_prompt`` means none.
 
@@ -146,7 +149,8 @@ def load_agent(spec: str, temperature: float = 1.0, top_p: float = 1.0, max_new_
     sampling = SamplingParams(temperature=temperature, top_p=top_p,
                               max_new_tokens=max_new_tokens or rollout.get("max_new_tokens", 32))
     return PolicyAgent(policy, ChatFormat.for_policy(policy, system_prompt), sampling,
-                       max_turns if max_turns is not None else env.get("max_turns"), env.get("kwargs"))
+                       max_turns if max_turns is not None else env.get("max_turns"), env.get("env_id"),
+                       env.get("kwargs"))
 
 
 def _load_merged_lora(policy: TransformersPolicy, model_dir: str, alpha: float) -> None:

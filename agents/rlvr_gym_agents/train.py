@@ -237,7 +237,7 @@ def check_recipe_inputs(config: TrainConfig) -> None:
         rlvr_gym.tasks.SuiteNotFoundError: a suite does not exist (the message suggests the closest).
         ValueError: too few test tasks, or train and test suites share ids (``load_task_sources``).
         FileNotFoundError / UnknownModelError: ``model.path_or_id`` names no loadable model.
-        ConfigError: ``env.kwargs`` holds an argument the env does not take.
+        ConfigError: ``env.kwargs`` holds an argument ``env.env_id`` does not take, or a value it refuses.
     """
     train_tasks, test_tasks = load_task_sources(config)
     for env_id in sorted({task.env_id for task in [*(train_tasks or []), *test_tasks]}):
@@ -245,7 +245,7 @@ def check_recipe_inputs(config: TrainConfig) -> None:
     if config.env.kwargs:
         try:
             config.env.factory()(config.env.env_id).close()
-        except TypeError as error:
+        except (TypeError, ValueError) as error:
             raise ConfigError(f"env.kwargs {config.env.kwargs} do not fit {config.env.env_id}: {error}") from None
     if config.model.path_or_id is not None:
         check_model_source(config.model.path_or_id)

@@ -171,6 +171,19 @@ def test_env_kwargs_reach_every_env_the_run_makes(tmp_path: Path) -> None:
     listed = config.env.factory(make)("tools/MultiHopQA-v0", describe_tools_in_prompt=True)  # a call's own wins
     assert "Tools:" in listed.reset(seed=0)[0]
     assert load_config(None).env.factory(make) is make  # no kwargs: make itself
+    echo = config.env.factory(make)("testing/Echo-v0")  # another env id (a mixed suite): built without them
+    assert echo.reset(seed=0)[0]
+    recipe.write_text("env:\n  env_id: tools/MultiHopQA-v0\n  kwargs:\n    # none yet\n", encoding="utf-8")
+    assert load_config(recipe).env.kwargs == {}  # an empty section
+
+
+def test_the_training_run_builds_its_envs_with_env_kwargs() -> None:
+    from rlvr_gym_agents.train import env_factory_of
+    config = load_config(None, ["env.env_id=tools/MultiHopQA-v0", "env.kwargs.describe_tools_in_prompt=false"])
+    with env_factory_of(config) as make:
+        assert "Tools:" not in make("tools/MultiHopQA-v0").reset(seed=0)[0]
+        assert "Tools:" in make("tools/MultiHopQA-v0", describe_tools_in_prompt=True).reset(seed=0)[0]
+        make("testing/Echo-v0").reset(seed=0)  # other ids: without the kwargs (Echo takes none of them)
 
 
 def test_env_kwargs_the_env_does_not_take_are_refused_before_any_work() -> None:
@@ -179,3 +192,7 @@ def test_env_kwargs_the_env_does_not_take_are_refused_before_any_work() -> None:
                                 "eval.num_tasks=2", "env.kwargs.describe_tool=false"])
     with pytest.raises(ConfigError, match="env.kwargs .*describe_tool.* do not fit tools/MultiHopQA-v0"):
         check_recipe_inputs(config)
+    refused = load_config(None, ["env.env_id=tools/MultiHopQA-v0", "env.test_suite=tools/multihop_easy_test",
+                                 "eval.num_tasks=2", "env.kwargs.hops=0"])
+    with pytest.raises(ConfigError, match="env.kwargs .*hops.* do not fit tools/MultiHopQA-v0: need hops >= 1"):
+        check_recipe_inputs(refused)  # a value the env's constructor refuses

@@ -13,6 +13,7 @@ from rlvr_gym_agents import cli as agents_cli
 from rlvr_gym_agents.config import load_config, to_dict
 from rlvr_gym_agents.evaluate import PolicyAgent, load_agent, run_config_of
 
+import rlvr_gym
 from rlvr_gym import TaskSuite
 from rlvr_gym.cli import main
 from rlvr_gym.testing.toy import echo_tasks
@@ -24,7 +25,8 @@ def _run_dir(tiny_model_dir: Path, tmp_path: Path) -> Path:
     shutil.copytree(tiny_model_dir, run / "checkpoint")
     config = load_config(None, ["env.system_prompt=Answer with one command.", "rollout.max_new_tokens=3",
                                 "env.max_turns=2", "model.device=cuda", "model.dtype=bfloat16",
-                                "model.max_context_tokens=64", "env.kwargs.describe_tools_in_prompt=false"])
+                                "model.max_context_tokens=64", "env.env_id=tools/MultiHopQA-v0",
+                                "env.kwargs.describe_tools_in_prompt=false"])
     (run / "config.json").write_text(json.dumps(to_dict(config)), encoding="utf-8")
     return run
 
@@ -37,6 +39,18 @@ def test_a_checkpoint_is_evaluated_as_trained(tiny_model_dir: Path, tmp_path: Pa
     assert agent.chat.system_prompt == "Answer with one command."
     assert agent.sampling.max_new_tokens == 3 and agent.max_turns == 2
     assert agent.env_kwargs == {"describe_tools_in_prompt": False}  # the run's env.kwargs make its envs
+    built: list[tuple[str, dict[str, Any]]] = []
+
+    def spy(env_id: str, **kwargs: Any) -> Any:
+        built.append((env_id, kwargs))
+        return rlvr_gym.make(env_id, **kwargs)
+
+    from rlvr_gym_tools.suites import generate_easy_tasks
+    tools_task = generate_easy_tasks("tools/MultiHopQA-v0", "test", 1)[0]
+    records = agent.run_episodes([(tools_task, 0), (echo_tasks(1)[0], 0)], spy)
+    assert [(env_id, kwargs.get("describe_tools_in_prompt")) for env_id, kwargs in built] == [
+        ("tools/MultiHopQA-v0", False), ("testing/Echo-v0", None)]  # the run's env only
+    assert [r.failure for r in records if r.failure == "env_crash"] == []  # no env refused its arguments
     assert agent.policy.max_context_tokens == 64  # type: ignore[attr-defined]
     policy = agent.policy
     assert isinstance(agent, PolicyAgent) and next(policy.model.parameters()).dtype == torch.bfloat16  # type: ignore[attr-defined]

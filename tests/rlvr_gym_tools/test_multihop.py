@@ -178,3 +178,20 @@ def test_oracle_recovers_after_looking_up_the_wrong_entity() -> None:
         result = env.step(needed)
         result = env.step(env.oracle_action())
         assert result.terminated and result.reward == 1.0, seed
+
+
+def test_oracle_does_not_read_a_look_alike_entitys_document() -> None:
+    from rlvr_gym_tools.suites import generate_easy_tasks
+
+    task = generate_easy_tasks("tools/MultiHopQA-v0", "train", 1, 565)[0]  # ... the birth city of Rodoror Skri?
+    env = MultiHopQAEnv(enable_python=False)
+    env.reset(options={"task": task})
+    env.step(env.oracle_action())
+    needed = env.oracle_action()
+    assert needed == "lookup(entity='Brawy')"
+    env.step("lookup(entity='Isskhu Group')")
+    env.step("lookup(entity='Lower Brawy')")  # "Lower Brawy lies in East Wytoland." also matches "Brawy lies in ..."
+    assert env.oracle_action() == needed
+    env.step(needed)
+    result = env.step(env.oracle_action())
+    assert result.terminated and result.reward == 1.0

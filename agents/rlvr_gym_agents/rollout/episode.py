@@ -26,13 +26,14 @@ from rlvr_gym_agents.policy.chat import ChatFormat
 from rlvr_gym_agents.rollout.types import Turn
 
 
-def with_env_kwargs(make: Callable[..., Env], kwargs: dict[str, Any]) -> Callable[..., Env]:
-    """``make`` whose calls get ``kwargs`` (a call's own keyword arguments win); ``make`` itself when empty."""
+def with_env_kwargs(make: Callable[..., Env], env_id: str, kwargs: dict[str, Any]) -> Callable[..., Env]:
+    """``make`` whose calls building ``env_id`` get ``kwargs`` (a call's own keyword arguments win; other env ids
+    are built as ``make`` builds them); ``make`` itself when ``kwargs`` is empty."""
     if not kwargs:
         return make
 
-    def make_with_kwargs(env_id: str, **overrides: Any) -> Env:
-        return make(env_id, **{**kwargs, **overrides})
+    def make_with_kwargs(called_id: str, **overrides: Any) -> Env:
+        return make(called_id, **({**kwargs, **overrides} if called_id == env_id else overrides))
 
     return make_with_kwargs
 

@@ -282,6 +282,8 @@ class MultiHopOracle:
         """Reads the fact the plan needs next from a lookup's response; False (nothing read) when the response is
         not the document of the entity asked for (an injected mistake looked up another one)."""
         chain, document = self.plan["chains"][self.chain_index], _response_body(observation)
+        if not document.startswith(f"{self.current} is a "):  # another entity's document ("Lower X" for "X" too)
+            return False
         if self.hop < len(chain["relations"]):
             found = read_relation(document, self.current, chain["relations"][self.hop])
             if found is None:
