@@ -128,8 +128,9 @@ def load_agent(spec: str, temperature: float = 1.0, top_p: float = 1.0, max_new_
     A checkpoint is evaluated as it was trained: when ``spec`` is a directory inside a run directory (the trainer's
     ``checkpoint``, ``sft_model`` or ``tiny_init``), the run's ``config.json`` supplies the defaults of every
     argument left None: ``system_prompt`` (``env.system_prompt``), ``max_new_tokens`` (``rollout.max_new_tokens``),
-    ``max_turns`` (``env.max_turns``), the constructor arguments of the run's env (``env.kwargs`` for ``env.env_id``), ``device`` and ``dtype`` (``model.*``; a CUDA device falls back to the CPU
-    when none is available) and the context window (``model.max_context_tokens``). Without a run: 32 new tokens,
+    ``max_turns`` (``env.max_turns``), the constructor arguments of the run's env (``env.kwargs`` for
+    ``env.env_id``), ``device`` and ``dtype`` (``model.*``; a CUDA device falls back to the CPU when none is
+    available) and the context window (``model.max_context_tokens``). Without a run: 32 new tokens,
     the CPU, float32, no system prompt. An empty ``system_prompt`` means none.
 
     Raises:
