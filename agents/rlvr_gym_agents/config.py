@@ -149,6 +149,11 @@ class SFTConfig:
     """Where the mistakes come from: None = ``info["admissible_actions"]``, or ``package.module:function`` called as
     ``function(env)`` -> plausible wrong actions for envs that list no admissible actions, e.g.
     ``rlvr_gym_tools.multihop:plausible_mistakes`` (a lookup of, or an answer naming, another entity in sight)."""
+    mistake_streak: float | None = None
+    """Probability in [0, 1] that the turn right after an admissible mistake is another (different) one: mistakes
+    in runs, as a confused expert makes them, so that an imitated mistake is not always repaired on the next turn
+    (in an env that allows resubmission, like ``code/Synth-v0``, independent mistakes rarely cost the episode);
+    None: every turn draws at ``mistake_rate``."""
     invalid_rate: float = 0.0
     """Fraction of turns where an action the env rejects is taken (from ``invalid_actions``): its failure
     feedback and the expert's recovery enter the demonstration, the action itself is never imitated."""
@@ -442,6 +447,8 @@ class TrainConfig:
         if not (0.0 <= sft.mistake_rate and 0.0 <= sft.invalid_rate and sft.mistake_rate + sft.invalid_rate < 1.0):
             raise ConfigError(f"sft.mistake_rate and sft.invalid_rate must be >= 0 with a sum below 1, got "
                               f"{sft.mistake_rate} and {sft.invalid_rate}")
+        if sft.mistake_streak is not None and not 0.0 <= sft.mistake_streak <= 1.0:
+            raise ConfigError(f"sft.mistake_streak must be in [0, 1] or null, got {sft.mistake_streak}")
         if not (math.isfinite(sft.context_loss_weight) and sft.context_loss_weight >= 0.0):
             raise ConfigError(f"sft.context_loss_weight must be finite and >= 0, got {sft.context_loss_weight}")
         if sft.ema_decay is not None and not 0.0 < sft.ema_decay < 1.0:

@@ -52,6 +52,8 @@ def test_ints_are_accepted_for_floats() -> None:
     ("algorithm.micro_batch_tokens=0", "micro_batch_tokens must be >= 1"),
     ("algorithm.min_shared_tokens=0", "min_shared_tokens must be >= 1"),
     ("sft.ema_decay=1.5", "sft.ema_decay must be in"),
+    ("sft.mistake_streak=1.5", "sft.mistake_streak must be in"),
+    ("sft.mistake_streak=-0.1", "sft.mistake_streak must be in"),
     ("sft.context_loss_weight=-0.1", "sft.context_loss_weight must be finite and >= 0"),
     ("sft.context_loss_weight=.inf", "sft.context_loss_weight must be finite and >= 0"),
     ("model.tokenizer=char", "model.tokenizer must be bpe or word"),

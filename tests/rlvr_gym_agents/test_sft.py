@@ -223,7 +223,7 @@ def test_mistakes_come_from_the_mistake_actions_hook() -> None:
     info = {"admissible_actions": ["say info"]}
     actions = {sft_action(env, info, lambda _: "say apple", random.Random(seed), 0.5, 0.0, None, True,
                           lambda _: ["say hook", "say apple"]) for seed in range(40)}
-    assert actions == {("say hook", True), ("say apple", True)}  # the hook's list, never the expert's own action
+    assert actions == {("say hook", True, True), ("say apple", True, False)}  # the hook's list, never the expert's own action
     without = {sft_action(env, info, lambda _: "say apple", random.Random(seed), 0.5, 0.0, None, False)[0]
                for seed in range(40)}
     assert without == {"say info", "say apple"}  # no hook: info["admissible_actions"]
@@ -260,11 +260,11 @@ def test_invalid_mistakes_slip_on_the_experts_verb() -> None:
                    lambda _: rejected, False)
         for seed in range(40)
     }
-    assert actions == {("say x", False), ("say z", False)}  # the expert's verb, never imitated
+    assert actions == {("say x", False, False), ("say z", False, False)}  # the expert's verb, never imitated
     other = sft_action(env, {}, lambda _: "whisper apple", random.Random(0), 0.0, 1.0, lambda _: rejected, False)
     assert other[0] in rejected and not other[1]  # no rejected action on that verb: any rejected one
     expert = sft_action(env, {}, lambda _: "say apple", random.Random(0), 0.0, 1.0, lambda _: [], False)
-    assert expert == ("say apple", True)  # nothing to reject: the expert's action
+    assert expert == ("say apple", True, False)  # nothing to reject: the expert's action
     env.close()
 
 

@@ -223,3 +223,46 @@ def test_demonstrations_recover_from_near_misses_and_slips(train: list[Task]) ->
     assert recovered and all(not all(d.trained) for d in recovered)
     seen = "\n".join(o for d in demos for o in d.observations)
     assert "Test failed: f(" in seen and ("SyntaxError" in seen or "does not define f" in seen)
+
+
+def test_mistake_streaks_run_distinct_near_misses(train: list[Task]) -> None:
+    from rlvr_gym_agents.warmstart.demonstrations import demonstrate, oracle_expert
+
+    tasks = [t for t in train[:40] if len(t.data["near_misses"]) >= 3][:10]
+    near = {t.id: set(t.data["near_misses"]) for t in tasks}
+    for task in tasks:  # streak 1: after a first near miss every turn is another, different one; the episode fails
+        demo = demonstrate(task, oracle_expert, 0.999, random.Random(0), mistake_streak=1.0)
+        assert not demo.success and len(demo.actions) == 3
+        assert set(demo.actions) <= near[task.id] and len(set(demo.actions)) == 3
+    for task in tasks:  # streak 0: the turn after a mistake is the oracle's
+        demo = demonstrate(task, oracle_expert, 0.999, random.Random(0), mistake_streak=0.0)
+        assert demo.success and demo.actions[0] in near[task.id] and demo.actions[1] == task.gold[0]  # type: ignore[index]
+    # None (the default) draws every turn independently: with the same generator, the same episodes as before
+    independent = [demonstrate(t, oracle_expert, 0.5, random.Random(3)) for t in tasks]
+    assert any(len(d.actions) > 1 and d.actions[1] in near[t.id] for d, t in zip(independent, tasks))
+    assert all(d.actions[-1] == t.gold[0] for d, t in zip(independent, tasks) if d.success)  # type: ignore[index]
+
+
+def test_reject_repeats_answers_a_resubmission_without_judging(train: list[Task]) -> None:
+    task = train[0]
+    wrong = task.data["near_misses"][0]
+    env = rlvr_gym.make(ENV_ID, reject_repeats=True)
+    env.reset(options={"task": task})
+    first, _, _, _, info = env.step(wrong)
+    assert first.startswith("Test failed") and "failure" not in info
+    fork = env.fork()  # a tree rollout's branch remembers the failed submission too
+    assert fork.step(wrong)[0].startswith("You submitted this function before")
+    fork.close()
+    again, reward, terminated, truncated, info = env.step(wrong + "\n\n")  # the same code, trailing space aside
+    assert again.startswith("You submitted this function before: Test failed") and again.endswith("Change the function.")
+    assert first.splitlines()[0] in again and reward == 0.0 and not terminated and not truncated
+    assert info["failure"].kind is FailureKind.INVALID_ACTION
+    _, reward, terminated, _, _ = env.step(task.gold[0])  # type: ignore[index]
+    assert reward == 1.0 and terminated  # it took a turn (the third), and the episode goes on until then
+    env.close()
+    plain = rlvr_gym.make(ENV_ID)  # the default judges a repeat again
+    plain.reset(options={"task": task})
+    plain.step(wrong)
+    observation, _, _, _, info = plain.step(wrong)
+    assert observation == first and "failure" not in info
+    plain.close()

@@ -108,13 +108,16 @@ def demonstrate(task: Task, expert: Expert, mistake_rate: float, rng: random.Ran
                 env_factory: Callable[..., Env] = rlvr_gym.make, max_turns: int | None = None,
                 train_on_mistakes: bool = False, invalid_rate: float = 0.0,
                 invalid_actions: Callable[[Env], list[str]] | None = None,
-                mistake_actions: Callable[[Env], list[str]] | None = None) -> Demonstration:
+                mistake_actions: Callable[[Env], list[str]] | None = None,
+                mistake_streak: float | None = None) -> Demonstration:
     """Runs one episode with ``expert``, random admissible mistakes and actions the env rejects.
 
     Each turn draws one uniform number u: u < ``invalid_rate`` takes a random action of
     ``invalid_actions(env)``, one with the expert's first word (its verb) when there is one (never imitated:
     the demonstration shows its failure feedback and the expert's recovery); u < ``invalid_rate +
     mistake_rate`` takes a random admissible action other than the expert's; otherwise the expert's action.
+    With ``mistake_streak`` set, a turn right after an admissible mistake uses ``mistake_streak`` in place of
+    ``mistake_rate`` and never repeats a mistake of the episode: mistakes come in runs, as a confused expert's do.
 
     Args:
         task: the task to run.
@@ -127,16 +130,25 @@ def demonstrate(task: Task, expert: Expert, mistake_rate: float, rng: random.Ran
         invalid_rate: probability in [0, 1) of an action the env rejects; needs ``invalid_actions``.
         invalid_actions: lists the actions the env's current state rejects.
         mistake_actions: lists the mistakes to draw from; None: ``info["admissible_actions"]``.
+        mistake_streak: probability in [0, 1] that the turn after an admissible mistake is another one; None: every
+            turn draws at ``mistake_rate``.
     """
     episode, failure = EnvEpisode.start(task, env_factory, max_turns)
     if episode is None:
         raise RuntimeError(f"cannot demonstrate task {task.id}: {failure.message if failure else 'no env'}")
     demo = Demonstration([], [], [], False)
+    mistakes: list[str] = []  # the episode's admissible mistakes, in order
+    in_streak = False
     try:
         while not episode.done:
             assert episode.env is not None
-            action, trained = _demonstrated_action(episode.env, episode.info, expert, rng, mistake_rate, invalid_rate,
-                                                   invalid_actions, train_on_mistakes, mistake_actions)
+            rate = mistake_rate if mistake_streak is None or not in_streak else mistake_streak
+            action, trained, mistaken = _demonstrated_action(
+                episode.env, episode.info, expert, rng, rate, invalid_rate, invalid_actions, train_on_mistakes,
+                mistake_actions, avoid=mistakes if mistake_streak is not None else [])
+            if mistaken:
+                mistakes.append(action)
+            in_streak = mistaken
             demo.observations.append(episode.observation)
             demo.actions.append(action)
             demo.trained.append(trained)
@@ -151,9 +163,10 @@ def demonstrate(task: Task, expert: Expert, mistake_rate: float, rng: random.Ran
 
 def _demonstrated_action(env: Env, info: dict[str, Any], expert: Expert, rng: random.Random, mistake_rate: float,
                          invalid_rate: float, invalid_actions: Callable[[Env], list[str]] | None,
-                         train_on_mistakes: bool,
-                         mistake_actions: Callable[[Env], list[str]] | None = None) -> tuple[str, bool]:
-    """The action of one demonstrated turn and whether it is imitated (see :func:`demonstrate`)."""
+                         train_on_mistakes: bool, mistake_actions: Callable[[Env], list[str]] | None = None,
+                         avoid: list[str] | None = None) -> tuple[str, bool, bool]:
+    """The action of one demonstrated turn, whether it is imitated and whether it is an admissible mistake (see
+    :func:`demonstrate`); the mistake is none of ``avoid``."""
     action = expert(env)
     draw = rng.random()
     if draw < invalid_rate and invalid_actions is not None:
@@ -161,13 +174,13 @@ def _demonstrated_action(env: Env, info: dict[str, Any], expert: Expert, rng: ra
         verb = action.split(" ", 1)[0]
         alike = [a for a in rejected if a.split(" ", 1)[0] == verb]  # a slip on the expert's own command
         if rejected:
-            return rng.choice(alike or rejected), False
+            return rng.choice(alike or rejected), False, False
     if invalid_rate <= draw < invalid_rate + mistake_rate:
         offered = info.get("admissible_actions", []) if mistake_actions is None else mistake_actions(env)
-        choices = [a for a in offered if a != action]
+        choices = [a for a in offered if a != action and a not in (avoid or [])]
         if choices:
-            return rng.choice(choices), train_on_mistakes
-    return action, True
+            return rng.choice(choices), train_on_mistakes, True
+    return action, True, False
 
 
 CONTEXT, ACTION, UNTRAINED_ACTION = 0, 1, 2
@@ -211,7 +224,7 @@ def collect_demonstrations(sft: SFTConfig, env: EnvConfig, tasks: list[Task] | N
     def run(task: Task, rng: random.Random) -> Demonstration:
         return demonstrate(task, expert, sft.mistake_rate, rng, env_factory=env.factory(), max_turns=env.max_turns,
                            train_on_mistakes=sft.train_on_mistakes, invalid_rate=sft.invalid_rate,
-                           invalid_actions=invalid, mistake_actions=mistakes)
+                           invalid_actions=invalid, mistake_actions=mistakes, mistake_streak=sft.mistake_streak)
 
     if not rlvr_gym.registry.spec(env.env_id).concurrent_steps:
         rng = random.Random(seed)

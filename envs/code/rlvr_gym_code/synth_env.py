@@ -10,7 +10,8 @@ it) calls ``f`` on six inputs and compares each result with the expected one, ty
 a list). All pass: reward 1.0, the episode terminates. Otherwise the next observation names the first failing
 call: ``Test failed: f([3, 4]) should be [9], got [10].`` or ``Test failed: f([]) raised ZeroDivisionError:
 ...`` (the exception's last line), or the syntax error, timeout or sandbox limit with its typed failure;
-the agent may resubmit until ``max_turns`` (3) runs out, which truncates the episode at reward 0.0.
+the agent may resubmit until ``max_turns`` (3) runs out, which truncates the episode at reward 0.0. With
+``reject_repeats=True`` a resubmitted failing function is answered without judging (an ``invalid_action``).
 
 Typed failures: ``parse_error`` (no code, a syntax error), ``invalid_action`` (the code does not define ``f``;
 judged without the sandbox), ``timeout``, ``memory_limit``, ``output_limit``, ``sandbox_error``; a wrong
@@ -39,6 +40,8 @@ from rlvr_gym_code.synth import ENTRY_POINT, ENV_ID, generate_task, generate_tas
 
 SOLVED = "All tests passed."
 FIX = "Fix the function."
+REPEATED = "You submitted this function before:"
+CHANGE = "Change the function."
 MAX_SHOWN_CHARS = 60
 """A value longer than this is cut in the feedback (the whole episode must fit a 512-token context)."""
 LIMIT_KINDS = (FailureKind.MEMORY_LIMIT, FailureKind.OUTPUT_LIMIT, FailureKind.DISK_LIMIT, FailureKind.PROCESS_LIMIT)
@@ -172,18 +175,24 @@ class SynthEnv(HumanEvalRefineEnv):
             inside ``hold_shared_resources()`` (as the trainer and evaluations run), else a fresh one per step;
             False: a fresh sandbox per step (see :class:`rlvr_gym_code.humaneval.HumanEvalEnv`).
         max_turns: the turn limit (default 3).
+        reject_repeats: True: a function submitted before in the episode (same code, trailing spaces aside) is
+            not judged again: the observation says so and repeats that judgement's feedback, and the turn is an
+            ``invalid_action`` (a trainer's invalid-action penalty applies); it still takes a turn. False
+            (default): it is judged again, and fails again.
 
     Version History:
-        v0: first version (six frames, held-out frame-and-primitive combinations, six hidden cases).
+        v0: first version (six frames, held-out frame-and-primitive combinations, six hidden cases); the
+        ``reject_repeats`` option came later, off by default, so v0's episodes are unchanged.
     """
 
     max_turns = 3
     required_keys = ("prompt", "entry_point", "cases")
 
     def __init__(self, backend: str = "auto", timeout_s: float = 3.0, persistent_sandbox: bool | None = None,
-                 max_turns: int | None = None, render_mode: str | None = None) -> None:
+                 max_turns: int | None = None, reject_repeats: bool = False, render_mode: str | None = None) -> None:
         super().__init__(backend=backend, timeout_s=timeout_s, persistent_sandbox=persistent_sandbox,
                          max_turns=max_turns, render_mode=render_mode)
+        self.reject_repeats = bool(reject_repeats)
 
     def _reset(self, task: Task | None) -> tuple[str, dict[str, Any]]:
         if task is not None and all(key in task.data for key in self.required_keys):
@@ -192,6 +201,7 @@ class SynthEnv(HumanEvalRefineEnv):
             seed = task.options.get("seed") if task is not None else None
             self.data = generate_task(int(seed) if seed is not None else draw_seed(self.np_random)).data()
         self.last_report: JudgeReport | None = None
+        self.failed_before: dict[str, str] = {}  # a failed submission's code -> its feedback
         return self.data["prompt"], self._info()
 
     def _info(self) -> dict[str, Any]:
@@ -217,11 +227,21 @@ class SynthEnv(HumanEvalRefineEnv):
             return verify_synth(self.data, action, backend=self.backend, limits=self.limits, judge=judge)
 
     def _step(self, action: str) -> StepResult:
+        code = "\n".join(line.rstrip() for line in extract_code(action).strip().splitlines())
+        if self.reject_repeats and code in self.failed_before:
+            message = "you submitted this function before"
+            observation = f"{REPEATED} {self.failed_before[code].replace(FIX, '').strip()}\n{CHANGE}"
+            return StepResult(observation, 0.0, False, False,
+                              {"failure": Failure(FailureKind.INVALID_ACTION, message), "success": False,
+                               **self._info()})
         reward, info = self._judge(action)
         info.update(self._info())
         if reward.success:
             return StepResult(SOLVED, 1.0, True, False, info)
-        return StepResult(feedback(self.last_report), 0.0, False, False, info)  # type: ignore[arg-type]
+        text = feedback(self.last_report)  # type: ignore[arg-type]
+        if code:
+            self.failed_before[code] = text
+        return StepResult(text, 0.0, False, False, info)
 
 
 def malformed_programs(env: Env) -> list[str]:
