@@ -143,17 +143,20 @@ class SFTConfig:
     expert: str = "gold"
     """The demonstrator: ``gold`` (replay the task's gold actions) or ``package.module:function`` (env) -> action."""
     mistake_rate: float = 0.25
-    """Fraction of turns where a random admissible action is taken (kept in context; out of the loss unless
-    ``train_on_mistakes``)."""
+    """Probability in [0, 1) that a turn takes a random admissible action instead of the expert's (kept in context;
+    out of the loss unless ``train_on_mistakes``); with ``mistake_streak`` set, only on turns that do not follow a
+    mistake."""
     mistake_actions: str | None = None
     """Where the mistakes come from: None = ``info["admissible_actions"]``, or ``package.module:function`` called as
     ``function(env)`` -> plausible wrong actions for envs that list no admissible actions, e.g.
     ``rlvr_gym_tools.multihop:plausible_mistakes`` (a lookup of, or an answer naming, another entity in sight)."""
     mistake_streak: float | None = None
-    """Probability in [0, 1] that the turn right after an admissible mistake is another (different) one: mistakes
-    in runs, as a confused expert makes them, so that an imitated mistake is not always repaired on the next turn
-    (in an env that allows resubmission, like ``code/Synth-v0``, independent mistakes rarely cost the episode);
-    None: every turn draws at ``mistake_rate``."""
+    """Replaces ``mistake_rate`` on the turn right after an admissible mistake, which is then another mistake the
+    episode has not made (when one is left; a slip at ``invalid_rate`` is drawn first, so the chance is at most
+    ``1 - invalid_rate``): mistakes in runs, as a confused expert makes them, so that an imitated mistake is not
+    always repaired on the next turn (in an env that allows resubmission, like ``code/Synth-v0``, independent
+    mistakes rarely cost the episode). In [0, 1]; None: every turn draws at ``mistake_rate``, with the same random
+    numbers as before this option existed."""
     invalid_rate: float = 0.0
     """Fraction of turns where an action the env rejects is taken (from ``invalid_actions``): its failure
     feedback and the expert's recovery enter the demonstration, the action itself is never imitated."""

@@ -237,10 +237,12 @@ def test_mistake_streaks_run_distinct_near_misses(train: list[Task]) -> None:
     for task in tasks:  # streak 0: the turn after a mistake is the oracle's
         demo = demonstrate(task, oracle_expert, 0.999, random.Random(0), mistake_streak=0.0)
         assert demo.success and demo.actions[0] in near[task.id] and demo.actions[1] == task.gold[0]  # type: ignore[index]
-    # None (the default) draws every turn independently: with the same generator, the same episodes as before
-    independent = [demonstrate(t, oracle_expert, 0.5, random.Random(3)) for t in tasks]
-    assert any(len(d.actions) > 1 and d.actions[1] in near[t.id] for d, t in zip(independent, tasks))
-    assert all(d.actions[-1] == t.gold[0] for d, t in zip(independent, tasks) if d.success)  # type: ignore[index]
+    # None (the default) draws every turn independently, with the same random numbers as before the option existed:
+    # these episodes (g: the oracle's action, a digit: that near miss) are what the code before it produced
+    independent = [demonstrate(t, oracle_expert, 0.5, random.Random(i)) for i, t in enumerate(tasks)]
+    shown = ["".join("g" if a == t.gold[0] else str(t.data["near_misses"].index(a)) for a in d.actions)  # type: ignore[index]
+             for d, t in zip(independent, tasks)]
+    assert shown == ["g", "03g", "g", "222", "0g", "g", "g", "104", "120", "10g"]
 
 
 def test_reject_repeats_answers_a_resubmission_without_judging(train: list[Task]) -> None:
@@ -253,10 +255,11 @@ def test_reject_repeats_answers_a_resubmission_without_judging(train: list[Task]
     fork = env.fork()  # a tree rollout's branch remembers the failed submission too
     assert fork.step(wrong)[0].startswith("You submitted this function before")
     fork.close()
-    again, reward, terminated, truncated, info = env.step(wrong + "\n\n")  # the same code, trailing space aside
+    spaced = "\n\n" + wrong.replace("\n", "  \n") + "\n\n"  # the same code: trailing spaces and blank lines aside
+    again, reward, terminated, truncated, info = env.step(spaced)
     assert again.startswith("You submitted this function before: Test failed") and again.endswith("Change the function.")
     assert first.splitlines()[0] in again and reward == 0.0 and not terminated and not truncated
-    assert info["failure"].kind is FailureKind.INVALID_ACTION
+    assert info["failure"].kind is FailureKind.INVALID_ACTION and info["reward_details"]["value"] == 0.0
     _, reward, terminated, _, _ = env.step(task.gold[0])  # type: ignore[index]
     assert reward == 1.0 and terminated  # it took a turn (the third), and the episode goes on until then
     env.close()
@@ -266,3 +269,23 @@ def test_reject_repeats_answers_a_resubmission_without_judging(train: list[Task]
     observation, _, _, _, info = plain.step(wrong)
     assert observation == first and "failure" not in info
     plain.close()
+
+
+def test_reject_repeats_keeps_indentation_and_judges_load_failures_again(train: list[Task]) -> None:
+    task = train[0]
+    gold = task.gold[0]  # type: ignore[index]
+    env = rlvr_gym.make(ENV_ID, reject_repeats=True)
+    env.reset(options={"task": task})
+    _, _, _, _, info = env.step("  " + gold)  # an indented first line: a syntax error, not the same code as the repair
+    assert info["failure"].kind is FailureKind.PARSE_ERROR
+    _, reward, terminated, _, _ = env.step(gold)
+    assert reward == 1.0 and terminated
+    env.close()
+    slow = rlvr_gym.make(ENV_ID, reject_repeats=True, timeout_s=0.001, persistent_sandbox=False)
+    slow.reset(options={"task": task})
+    _, _, _, _, info = slow.step(gold)  # the machine was too slow this time: a timeout, not a verdict on the code
+    assert info["failure"].kind is FailureKind.TIMEOUT
+    slow.limits = rlvr_gym.make(ENV_ID).limits
+    observation, reward, terminated, _, _ = slow.step(gold)
+    assert observation == "All tests passed." and reward == 1.0 and terminated
+    slow.close()

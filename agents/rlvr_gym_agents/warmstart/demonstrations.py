@@ -117,7 +117,8 @@ def demonstrate(task: Task, expert: Expert, mistake_rate: float, rng: random.Ran
     the demonstration shows its failure feedback and the expert's recovery); u < ``invalid_rate +
     mistake_rate`` takes a random admissible action other than the expert's; otherwise the expert's action.
     With ``mistake_streak`` set, a turn right after an admissible mistake uses ``mistake_streak`` in place of
-    ``mistake_rate`` and never repeats a mistake of the episode: mistakes come in runs, as a confused expert's do.
+    ``mistake_rate``, and a mistake is never one the episode already made (with none left, the expert's action):
+    mistakes come in runs, as a confused expert's do.
 
     Args:
         task: the task to run.

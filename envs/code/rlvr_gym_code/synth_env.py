@@ -11,7 +11,8 @@ a list). All pass: reward 1.0, the episode terminates. Otherwise the next observ
 call: ``Test failed: f([3, 4]) should be [9], got [10].`` or ``Test failed: f([]) raised ZeroDivisionError:
 ...`` (the exception's last line), or the syntax error, timeout or sandbox limit with its typed failure;
 the agent may resubmit until ``max_turns`` (3) runs out, which truncates the episode at reward 0.0. With
-``reject_repeats=True`` a resubmitted failing function is answered without judging (an ``invalid_action``).
+``reject_repeats=True`` a resubmission of code that failed on its own (a wrong result, a syntax error, no ``f``)
+is answered without judging (an ``invalid_action``).
 
 Typed failures: ``parse_error`` (no code, a syntax error), ``invalid_action`` (the code does not define ``f``;
 judged without the sandbox), ``timeout``, ``memory_limit``, ``output_limit``, ``sandbox_error``; a wrong
@@ -44,6 +45,10 @@ REPEATED = "You submitted this function before:"
 CHANGE = "Change the function."
 MAX_SHOWN_CHARS = 60
 """A value longer than this is cut in the feedback (the whole episode must fit a 512-token context)."""
+REPEATABLE_FAILURES = (FailureKind.PARSE_ERROR, FailureKind.INVALID_ACTION)
+"""Failures that a resubmission of the same code would meet again; a wrong answer (no failure) is one too. A
+timeout, a sandbox limit or a sandbox error can come from a loaded machine, so ``reject_repeats`` judges such code
+again."""
 LIMIT_KINDS = (FailureKind.MEMORY_LIMIT, FailureKind.OUTPUT_LIMIT, FailureKind.DISK_LIMIT, FailureKind.PROCESS_LIMIT)
 """Failures whose message, not the failing call, is the feedback (the call failed because of the limit)."""
 _SETUP = '''
@@ -175,10 +180,11 @@ class SynthEnv(HumanEvalRefineEnv):
             inside ``hold_shared_resources()`` (as the trainer and evaluations run), else a fresh one per step;
             False: a fresh sandbox per step (see :class:`rlvr_gym_code.humaneval.HumanEvalEnv`).
         max_turns: the turn limit (default 3).
-        reject_repeats: True: a function submitted before in the episode (same code, trailing spaces aside) is
-            not judged again: the observation says so and repeats that judgement's feedback, and the turn is an
-            ``invalid_action`` (a trainer's invalid-action penalty applies); it still takes a turn. False
-            (default): it is judged again, and fails again.
+        reject_repeats: True: code that failed before in the episode with a wrong answer, a syntax error or no
+            ``def f`` (the same code as :func:`submitted_code` compares it: trailing whitespace and surrounding
+            blank lines aside) is not judged again: the observation says so and repeats that judgement's feedback,
+            and the turn is an ``invalid_action`` (a trainer's invalid-action penalty applies); it still takes a
+            turn. Code that timed out or hit a sandbox limit is judged again. False (default): it is judged again.
 
     Version History:
         v0: first version (six frames, held-out frame-and-primitive combinations, six hidden cases); the
@@ -227,21 +233,30 @@ class SynthEnv(HumanEvalRefineEnv):
             return verify_synth(self.data, action, backend=self.backend, limits=self.limits, judge=judge)
 
     def _step(self, action: str) -> StepResult:
-        code = "\n".join(line.rstrip() for line in extract_code(action).strip().splitlines())
+        code = submitted_code(action)
         if self.reject_repeats and code in self.failed_before:
             message = "you submitted this function before"
             observation = f"{REPEATED} {self.failed_before[code].replace(FIX, '').strip()}\n{CHANGE}"
+            reward = RewardResult(0.0, {"passed": 0.0, "cases_passed": 0.0}, message)
             return StepResult(observation, 0.0, False, False,
                               {"failure": Failure(FailureKind.INVALID_ACTION, message), "success": False,
-                               **self._info()})
+                               "reward_details": reward.to_dict(), **self._info()})
         reward, info = self._judge(action)
         info.update(self._info())
         if reward.success:
             return StepResult(SOLVED, 1.0, True, False, info)
         text = feedback(self.last_report)  # type: ignore[arg-type]
-        if code:
-            self.failed_before[code] = text
+        failure = info.get("failure")
+        if code and (failure is None or failure.kind in REPEATABLE_FAILURES):
+            self.failed_before[code] = text  # a verdict of the code itself, not of the machine's load
         return StepResult(text, 0.0, False, False, info)
+
+
+def submitted_code(action: str) -> str:
+    """The code of ``action`` as ``reject_repeats`` compares it: the extracted code block with each line's trailing
+    whitespace and the blank lines around it removed; indentation, the first line's included, is kept (an indented
+    first line is a syntax error that its unindented repair must not be taken for)."""
+    return "\n".join(line.rstrip() for line in extract_code(action).splitlines()).strip("\n")
 
 
 def malformed_programs(env: Env) -> list[str]:
