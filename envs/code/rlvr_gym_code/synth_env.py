@@ -233,8 +233,8 @@ class SynthEnv(HumanEvalRefineEnv):
             return verify_synth(self.data, action, backend=self.backend, limits=self.limits, judge=judge)
 
     def _step(self, action: str) -> StepResult:
-        code = submitted_code(action)
-        if self.reject_repeats and code in self.failed_before:
+        code = submitted_code(action) if self.reject_repeats else ""  # "": nothing is remembered
+        if code in self.failed_before:
             message = "you submitted this function before"
             observation = f"{REPEATED} {self.failed_before[code].replace(FIX, '').strip()}\n{CHANGE}"
             reward = RewardResult(0.0, {"passed": 0.0, "cases_passed": 0.0}, message)
