@@ -2,10 +2,11 @@
 
 Run: ``python benchmarks/widgets_env.py [--episodes 40] [--corpus 200] [--pages 64]``
 
-* Time: one env on a warm browser (a new context per reset, as the trainer does), the oracle's actions on the
-  first ``--episodes`` tasks of ``web/widgets-test``; reset and step wall times, min / median / max in ms.
-  Baseline, interleaved episode by episode: ``web/Settings-v0`` (the env of ``web-tree.yaml``) playing the
-  gold of ``web/settings``; also its characters per observation against ours.
+* Time: one env on a warm browser (``reuse_page``: one page, each reset loads the task's page again, as the
+  trainer does), the oracle's actions on the first ``--episodes`` tasks of ``web/widgets-test``; reset and step
+  wall times, min / median / max in ms. Baselines, interleaved episode by episode: the same env with a new
+  context per reset (``reuse_page=False``, as before it), and ``web/Settings-v0`` (the env of ``web-tree.yaml``)
+  playing the gold of ``web/settings``; also its characters per observation against ours.
 * Tokens: the tokenizer ``agents/recipes/web-tiny.yaml`` builds (byte-level BPE, ``model.vocab_size``) trained,
   as ``build_tiny_policy`` does, on ``--corpus`` oracle demonstrations of training tasks plus the held-out
   ones; then tokens per observation (the observation's chat message, role and end tokens included) and per
@@ -27,6 +28,7 @@ from rlvr_gym_agents.policy.chat import ChatFormat
 from rlvr_gym_agents.warmstart.demonstrations import collect_demonstrations, demonstration_ids
 from rlvr_gym_agents.warmstart.tiny import build_tokenizer
 from rlvr_gym_web.browser import chromium_processes, keep_browser_warm
+from rlvr_gym_web.desktop.env import DesktopEnv
 
 import rlvr_gym
 from rlvr_gym import load_suite
@@ -57,14 +59,18 @@ def _episode(env: rlvr_gym.Env, task: rlvr_gym.Task, times: dict[str, list[float
 
 def timing(num_episodes: int) -> None:
     ours, theirs = list(load_suite("web/widgets-test"))[:num_episodes], list(load_suite("web/settings"))
+    fresh = "Widgets-v0, new context per reset"
     runs: dict[str, dict[str, list[float]]] = {name: {"reset": [], "step": [], "turns": [], "chars": []}
-                                               for name in ("Widgets-v0", "Settings-v0")}
+                                               for name in ("Widgets-v0", fresh, "Settings-v0")}
     with keep_browser_warm():
-        envs = {"Widgets-v0": rlvr_gym.make("web/Widgets-v0"), "Settings-v0": rlvr_gym.make("web/Settings-v0")}
+        envs = {"Widgets-v0": rlvr_gym.make("web/Widgets-v0"),  # reuse_page: one page, a page load per reset
+                fresh: DesktopEnv(app="widgets", page_header=False, max_turns=8),  # as before reuse_page
+                "Settings-v0": rlvr_gym.make("web/Settings-v0")}
         try:
             envs["Widgets-v0"].reset(options={"task": ours[0]})  # starts Chromium outside the timed resets
-            for i, task in enumerate(ours):  # interleaved: A, B, A, B, ...
+            for i, task in enumerate(ours):  # interleaved: A, B, C, A, B, C, ...
                 _episode(envs["Widgets-v0"], task, runs["Widgets-v0"])
+                _episode(envs[fresh], task, runs[fresh])
                 _episode(envs["Settings-v0"], theirs[i % len(theirs)], runs["Settings-v0"])
         finally:
             for env in envs.values():
@@ -72,6 +78,8 @@ def timing(num_episodes: int) -> None:
     for name, run in runs.items():
         print(f"web/{name}: reset ms {spread(run['reset'])}; step ms {spread(run['step'])}; "
               f"gold actions per episode {spread(run['turns'])}; characters per observation {spread(run['chars'])}")
+    ratio = statistics.median(runs["Widgets-v0"]["reset"]) / statistics.median(runs[fresh]["reset"])
+    print(f"reset, reused page / new context: {ratio:.2f}x (medians)")
 
 
 def tokens(num_corpus: int) -> None:

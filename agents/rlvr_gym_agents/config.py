@@ -60,6 +60,11 @@ class ModelConfig:
     """Tiny policy, ``bpe``: the most tokens (6 special + 256 bytes + merges learnt from the corpus), >= 262."""
     corpus_episodes: int = 600
     """Tiny policy: demonstration episodes whose text trains the tokenizer."""
+    corpus_from_demos: bool = False
+    """Tiny policy, ``bpe`` only: train the tokenizer on the SFT demonstrations themselves (collected once, before
+    the model is built, and then trained on) instead of ``corpus_episodes`` separate episodes plus one per held-out
+    task: for envs whose episodes are expensive (a browser). Byte-level BPE encodes any text, so words the
+    demonstrations never show still round-trip; they only take more tokens."""
     corpus: str | None = None
     """Tiny policy: extra tokenizer text, ``package.module:function`` called as ``function(env.env_id,
     corpus_episodes, seed)`` -> list of str, e.g. ``rlvr_gym_textworld:corpus_texts`` (every failure message of
@@ -176,6 +181,14 @@ class SFTConfig:
     ``package.module:function`` called as ``function(env.env_id, "train", num_demos, seed_offset)`` with
     ``seed_offset`` = the train suite's size, e.g. ``rlvr_gym_textworld:generate_tasks``: one fresh training-split
     world per demonstration (a 1,000-task suite cycled ten times over-fits a tiny policy)."""
+    demo_variants: str | None = None
+    """Extra training episodes rewritten from each demonstration: ``package.module:function`` called as
+    ``function(observations, actions, rng)`` -> ``(observations, actions)``, the same episode as the env would show
+    it for a task that differs only in what does not change the solution, e.g. ``rlvr_gym_web.desktop.widgets:
+    relabel_ids`` (the element ids renamed): a few costly episodes (a browser) give many, and the policy cannot
+    memorise what it must read from the page. None = off."""
+    variants_per_demo: int = 0
+    """Variants of each demonstration trained on beside it (``demo_variants``), >= 0."""
     learning_rate: float = 2e-3
     """AdamW peak learning rate."""
     warmup_steps: int = 20
@@ -424,6 +437,9 @@ class TrainConfig:
         if self.model.tokenizer not in ("bpe", "word") or self.model.vocab_size < 262:
             raise ConfigError(f"model.tokenizer must be bpe or word and model.vocab_size >= 262 (6 special tokens + 256 "
                               f"bytes), got {self.model.tokenizer!r} and {self.model.vocab_size}")
+        if self.model.corpus_from_demos and (self.model.tokenizer != "bpe" or not self.sft.enabled):
+            raise ConfigError("model.corpus_from_demos needs model.tokenizer=bpe and sft.enabled (the tokenizer learns "
+                              "from the SFT demonstrations; a word tokenizer must see every held-out word)")
         if self.rollout.weight_sync not in ("broadcast", "ipc"):
             raise ConfigError(f"rollout.weight_sync must be broadcast or ipc, got {self.rollout.weight_sync!r}")
         if self.rollout.engine == "fake_vllm" and self.rollout.weight_sync == "ipc":
@@ -450,6 +466,9 @@ class TrainConfig:
         if not (0.0 <= sft.mistake_rate and 0.0 <= sft.invalid_rate and sft.mistake_rate + sft.invalid_rate < 1.0):
             raise ConfigError(f"sft.mistake_rate and sft.invalid_rate must be >= 0 with a sum below 1, got "
                               f"{sft.mistake_rate} and {sft.invalid_rate}")
+        if sft.variants_per_demo < 0 or (sft.variants_per_demo > 0) != (sft.demo_variants is not None):
+            raise ConfigError(f"sft.variants_per_demo must be >= 0, and > 0 exactly when sft.demo_variants is set; got "
+                              f"{sft.variants_per_demo} and {sft.demo_variants!r}")
         if sft.mistake_streak is not None and not 0.0 <= sft.mistake_streak <= 1.0:
             raise ConfigError(f"sft.mistake_streak must be in [0, 1] or null, got {sft.mistake_streak}")
         if not (math.isfinite(sft.context_loss_weight) and sft.context_loss_weight >= 0.0):

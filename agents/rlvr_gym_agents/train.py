@@ -67,7 +67,8 @@ from rlvr_gym_agents.run_io import (
 )
 from rlvr_gym_agents.update.ppo import PPOUpdater, UpdateConfig, Updater
 from rlvr_gym_agents.update.precision import autocast_dtype, parameter_dtype
-from rlvr_gym_agents.warmstart import build_tiny_policy, warm_start
+from rlvr_gym_agents.warmstart import build_tiny_policy, sft_demonstrations, warm_start
+from rlvr_gym_agents.warmstart.demonstrations import Demonstration
 
 Sampler = FlatSampler | TreeSampler | RolloutWorkers | AsyncRollouts
 """What samples a step's episodes: in-process, or on Ray rollout workers (``cluster.rollout_workers``)."""
@@ -130,7 +131,8 @@ def _train(config: TrainConfig, env_factory: Callable[..., Env], step_executor: 
     console = Console(config.output.progress)
     logger = MetricsLogger(run_dir, (["tensorboard"] if config.output.tensorboard else []) + list(config.output.trackers),
                            to_dict(config))
-    policy, chat = build_policy(config, run_dir, train_tasks, test_tasks, console)
+    demos = _shared_demonstrations(config, train_tasks, console)
+    policy, chat = build_policy(config, run_dir, train_tasks, test_tasks, console, demos)
     optimizer = build_optimizer(config, policy.model)
     rollout_policy = build_rollout_policy(config, policy, config.model.path_or_id or str(run_dir / "tiny_init"))
     evaluate = _evaluator(config, rollout_policy, chat, test_tasks, console, env_factory, step_executor)
@@ -145,7 +147,7 @@ def _train(config: TrainConfig, env_factory: Callable[..., Env], step_executor: 
         logger.truncate(0)  # a run that starts over starts its log over
         if config.sft.enabled:
             state["sft"] = warm_start(config.sft, config.env, config.seed, policy.model, chat, train_tasks, console,
-                                      autocast_dtype(config.train.precision, config.model.dtype))
+                                      autocast_dtype(config.train.precision, config.model.dtype), demos and demos())
             logger.log({"phase": "sft", "step": 0, **state["sft"]})
         # The reference policy of the KL term (also on resume), and a model directory `rlvr-gym eval` loads.
         save_model_dir(run_dir / "sft_model", policy.model, policy.tokenizer)
@@ -273,16 +275,29 @@ def load_task_sources(config: TrainConfig) -> tuple[list[Task] | None, list[Task
     return train, test
 
 
+def _shared_demonstrations(config: TrainConfig, train_tasks: list[Task] | None,
+                           console: Console) -> Callable[[], list[Demonstration]] | None:
+    """With ``model.corpus_from_demos``: the SFT demonstrations, collected on the first call only (a resumed run that
+    needs neither a tokenizer nor a warm start collects none); else None."""
+    if not config.model.corpus_from_demos:
+        return None
+    return functools.cache(lambda: sft_demonstrations(config.sft, config.env, config.seed, train_tasks, console))
+
+
 def build_policy(config: TrainConfig, run_dir: Path, train_tasks: list[Task] | None, test_tasks: list[Task],
-                 console: Console) -> tuple[TransformersPolicy, ChatFormat]:
+                 console: Console, demos: Callable[[], list[Demonstration]] | None = None,
+                 ) -> tuple[TransformersPolicy, ChatFormat]:
     """Loads ``model.path_or_id``, or builds the tiny policy once into ``run_dir/tiny_init``
-    (:func:`rlvr_gym_agents.warmstart.build_tiny_policy`) and loads it through the same code path as a hub model."""
+    (:func:`rlvr_gym_agents.warmstart.build_tiny_policy`, its tokenizer trained on ``demos()`` when given) and loads it
+    through the same code path as a hub model."""
     path = config.model.path_or_id
     if path is None:
         path = str(run_dir / "tiny_init")
         if not (Path(path) / "config.json").is_file():
+            corpus = demos and demos()
             with console.status("building the tiny tokenizer and model from env text"):
-                build_tiny_policy(config.model, config.sft, config.env, config.seed, train_tasks, test_tasks, path)
+                build_tiny_policy(config.model, config.sft, config.env, config.seed, train_tasks, test_tasks, path,
+                                  corpus)
     policy = load_policy(config, path)
     chat = ChatFormat.for_policy(policy, config.env.system_prompt)
     console.note(f"policy {path}: {sum(p.numel() for p in policy.model.parameters()):,} parameters, "

@@ -485,3 +485,68 @@ def test_an_sft_step_in_float16_unscales_before_clipping(tiny_model_dir: Path) -
         moves.append(torch.cat([(p.detach() - b).reshape(-1) for p, b in zip(copy.parameters(), before)]))
     assert float(moves[0].norm()) > 1e-4
     assert float((moves[1] - moves[0]).norm() / moves[0].norm()) < 0.05
+
+
+def test_corpus_from_demos_collects_the_demonstrations_once_and_trains_the_tokenizer_on_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``model.corpus_from_demos``: one collection of ``sft.num_demos`` episodes serves the tokenizer and the warm
+    start (no separate corpus or held-out episodes); every demonstrated text encodes as the tokenizer learnt it."""
+    import rlvr_gym_agents.warmstart.demonstrations as demonstrations_module
+    import rlvr_gym_agents.warmstart.sft as sft_module
+    import rlvr_gym_agents.warmstart.tiny as tiny_module
+    from rlvr_gym_agents.config import ConfigError, load_config
+    from rlvr_gym_agents.train import train
+
+    calls: list[int] = []
+    collected: list[Demonstration] = []
+
+    def counted(sft, env, tasks, num_episodes, seed):  # type: ignore[no-untyped-def]
+        calls.append(num_episodes)
+        demos = demonstrations_module.collect_demonstrations(sft, env, tasks, num_episodes, seed)
+        collected.extend(demos)
+        return demos
+
+    monkeypatch.setattr(sft_module, "collect_demonstrations", counted)
+    monkeypatch.setattr(tiny_module, "collect_demonstrations", counted)
+    recipe = Path(__file__).resolve().parents[2] / "agents" / "recipes" / "quickstart.yaml"
+    overrides = [f"output.dir={tmp_path / 'run'}", "output.progress=false", "model.tokenizer=bpe",
+                 "model.vocab_size=400", "model.corpus_from_demos=true", "sft.num_demos=12", "sft.max_steps=2",
+                 "train.num_steps=1", "train.tasks_per_step=1", "train.group_size=2", "eval.num_tasks=2", "eval.k=1",
+                 "eval.greedy=false"]
+    train(load_config(recipe, overrides))
+    assert calls == [12]  # the warm start's demonstrations only: no corpus_episodes, no held-out episodes
+    tokenizer = load_model_and_tokenizer(str(tmp_path / "run" / "tiny_init"))[1]
+    merged = [text for demo in collected for text in demo.observations + demo.actions]
+    assert all(tokenizer.decode(tokenizer(t, add_special_tokens=False)["input_ids"]) == t for t in merged)
+    assert len(tokenizer) > 262 + 6  # merges were learnt from the demonstrations' text
+    with pytest.raises(ConfigError, match="corpus_from_demos"):
+        load_config(recipe, ["model.corpus_from_demos=true"])  # the quickstart's word tokenizer
+    with pytest.raises(ConfigError, match="corpus_from_demos"):
+        load_config(recipe, ["model.corpus_from_demos=true", "model.tokenizer=bpe", "sft.enabled=false"])
+
+
+def test_demonstration_variants_rewrite_each_demo_and_keep_its_flags() -> None:
+    from rlvr_gym_agents.config import ConfigError, load_config
+    from rlvr_gym_agents.warmstart.demonstrations import demonstration_variants
+
+    demo = Demonstration(observations=["page [12]", "page [34]"], actions=['click("12")', 'click("34")'],
+                         trained=[False, True], success=True)
+    config = load_config(None, ["sft.demo_variants=tests.rlvr_gym_agents.test_sft:_shout", "sft.variants_per_demo=2"])
+    variants = demonstration_variants(config.sft, [demo, demo], seed=0)
+    assert len(variants) == 4 and all(v.trained == [False, True] and v.success for v in variants)
+    assert variants[0].observations == ["PAGE [12]", "PAGE [34]"] and variants[0].actions == ['CLICK("12")', 'CLICK("34")']
+    assert demonstration_variants(load_config(None, []).sft, [demo], seed=0) == []
+    broken = load_config(None, ["sft.demo_variants=tests.rlvr_gym_agents.test_sft:_drop_last", "sft.variants_per_demo=1"])
+    with pytest.raises(ValueError, match="changed an episode's length"):
+        demonstration_variants(broken.sft, [demo], seed=0)
+    for bad in (["sft.variants_per_demo=2"], ["sft.demo_variants=a.b:c"], ["sft.demo_variants=a.b:c", "sft.variants_per_demo=-1"]):
+        with pytest.raises(ConfigError, match="variants_per_demo"):
+            load_config(None, bad)
+
+
+def _shout(observations: list[str], actions: list[str], rng: random.Random) -> tuple[list[str], list[str]]:
+    return [o.upper() for o in observations], [a.upper() for a in actions]
+
+
+def _drop_last(observations: list[str], actions: list[str], rng: random.Random) -> tuple[list[str], list[str]]:
+    return observations[:-1], actions

@@ -176,3 +176,77 @@ def test_malformed_actions_are_rejected_and_change_nothing(warm_browser: Browser
             widgets.malformed_actions(rlvr_gym.make("testing/Echo-v0"))
     finally:
         env.close()
+
+
+@pytest.mark.browser
+def test_a_reused_page_shows_what_a_fresh_context_shows_and_hides_the_last_episode(warm_browser: BrowserHost) -> None:
+    """``reuse_page`` (web/Widgets-v0's registration) loads each episode in the same page: the same observations,
+    admissible actions and rewards as a new context per episode over one oracle episode per layout with a first
+    mistake, the same ``Math.random`` for the same seed, and ``go_back`` cannot reach the previous task's page."""
+    from rlvr_gym_web.desktop.env import DesktopEnv
+
+    reused, fresh = rlvr_gym.make(widgets.ENV_ID), DesktopEnv(app="widgets", page_header=False, max_turns=8)
+    assert reused.unwrapped.reuse_page and not fresh.reuse_page
+    try:
+        tasks = widgets.generate_tasks(widgets.ENV_ID, "train", 4)
+        pages = []
+        for index, task in enumerate(tasks):
+            seen = []
+            for env in (reused, fresh):
+                obs, info = env.reset(seed=index, options={"task": task})
+                trace = [obs, info["admissible_actions"],
+                         env.unwrapped.page.evaluate("() => [Math.random(), Math.random()]")]
+                result = env.step(info["admissible_actions"][0])  # a mistake, then the oracle's recovery
+                while not (result.terminated or result.truncated):
+                    trace += [result.observation, result.info.get("admissible_actions")]
+                    result = env.step(env.unwrapped.oracle_action())
+                seen.append([*trace, result.reward, result.info["success"]])
+            assert seen[0] == seen[1], task.id
+            pages.append(reused.unwrapped.page)
+        assert all(page is pages[0] for page in pages)  # one page for every episode
+        obs, _ = reused.reset(options={"task": tasks[0]})
+        result = reused.step("go_back()")
+        assert result.observation == obs and "failure" not in result.info
+        with pytest.raises(ValueError, match="page_header"):
+            DesktopEnv(app="widgets", reuse_page=True)
+    finally:
+        reused.close()
+        fresh.close()
+
+
+@pytest.mark.browser
+def test_relabelled_demonstrations_are_what_chromium_shows_for_the_renamed_task(warm_browser: BrowserHost) -> None:
+    """``relabel_ids`` (``sft.demo_variants``): an episode with a mistake, a slip and the oracle's recovery,
+    rewritten, is exactly the episode Chromium shows when the same actions (renamed) are played on the task whose
+    ids are renamed by the same permutation; numbers that are not ids are left alone."""
+    import copy
+    import random
+
+    from rlvr_gym import Task
+
+    env = rlvr_gym.make(widgets.ENV_ID)
+    try:
+        for task in widgets.generate_tasks(widgets.ENV_ID, "train", 4):  # one per layout
+            obs, info = env.reset(options={"task": task})
+            observations, actions = [obs], [info["admissible_actions"][-1], widgets.malformed_actions(env)[2]]
+            for action in actions:
+                observations.append(env.step(action).observation)
+            result = None
+            while result is None or not (result.terminated or result.truncated):
+                actions.append(env.unwrapped.oracle_action())
+                result = env.step(actions[-1])
+                observations.append(result.observation)
+            assert result.reward == 1.0
+            new_observations, new_actions = widgets.relabel_ids(observations, actions, random.Random(5))
+            ids = [str(i) for i in range(*widgets.ID_RANGE)]
+            renamed = dict(zip(ids, random.Random(5).sample(ids, len(ids))))
+            data = copy.deepcopy(task.data)
+            data["state"]["ids"] = {key: int(renamed[str(value)]) for key, value in data["state"]["ids"].items()}
+            obs, _ = env.reset(options={"task": Task(id=task.id, env_id=task.env_id, data=data)})
+            replayed = [obs] + [env.step(action).observation for action in new_actions]
+            assert replayed == new_observations and new_observations != observations, task.id
+            assert new_actions[1].startswith("click(") or '("' not in new_actions[1]  # the slip kept its shape
+        kept = ['Invalid action: no element with id \'9\' on the page', 'write e.g. click("12")', "value='4620'"]
+        assert widgets.relabel_ids(kept, ['click("9")'], random.Random(0)) == (kept, ['click("9")'])
+    finally:
+        env.close()

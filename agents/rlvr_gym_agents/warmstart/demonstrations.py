@@ -238,6 +238,28 @@ def collect_demonstrations(sft: SFTConfig, env: EnvConfig, tasks: list[Task] | N
         return list(executor.map(run, order, rngs))
 
 
+def demonstration_variants(sft: SFTConfig, demos: list[Demonstration], seed: int) -> list[Demonstration]:
+    """``sft.variants_per_demo`` rewrites of each demonstration by ``sft.demo_variants`` (none when unset), drawn
+    from one generator seeded by ``seed``; each keeps its demonstration's ``trained`` flags and outcome.
+
+    Raises:
+        ValueError: when ``sft.demo_variants`` is not ``package.module:function``, or a variant changes the number
+            of observations or actions.
+    """
+    if sft.demo_variants is None or sft.variants_per_demo == 0:
+        return []
+    rewrite, rng, variants = import_callable(sft.demo_variants, "sft.demo_variants"), random.Random(seed), []
+    for demo in demos:
+        for _ in range(sft.variants_per_demo):
+            observations, actions = rewrite(list(demo.observations), list(demo.actions), rng)
+            if (len(observations), len(actions)) != (len(demo.observations), len(demo.actions)):
+                raise ValueError(f"{sft.demo_variants} changed an episode's length: {len(demo.observations)} "
+                                 f"observations and {len(demo.actions)} actions became {len(observations)} and "
+                                 f"{len(actions)}")
+            variants.append(dataclasses.replace(demo, observations=list(observations), actions=list(actions)))
+    return variants
+
+
 def demonstration_tasks(sft: SFTConfig, env: EnvConfig, train_tasks: list[Task] | None) -> list[Task] | None:
     """The tasks demonstrated in the warm start: ``train_tasks``, or ``sft.num_demos`` tasks from the generator
     named by ``sft.demo_tasks`` (training split, seeds after the train suite's).

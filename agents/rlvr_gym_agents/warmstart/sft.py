@@ -24,9 +24,11 @@ from rlvr_gym_agents.update.precision import autocast, clipped_step, grad_scaler
 from rlvr_gym_agents.warmstart.demonstrations import (
     ACTION,
     CONTEXT,
+    Demonstration,
     collect_demonstrations,
     demonstration_ids,
     demonstration_tasks,
+    demonstration_variants,
 )
 
 if TYPE_CHECKING:
@@ -215,14 +217,23 @@ def _cross_entropy(model: torch.nn.Module, ids: torch.Tensor, roles: torch.Tenso
     return action, F.nll_loss(logprobs, context_targets.reshape(-1), ignore_index=-100)
 
 
-def warm_start(sft: SFTConfig, env: EnvConfig, seed: int, model: Any, chat: ChatFormat,
-               train_tasks: list[Task] | None, console: Console, autocast_dtype: str | None = None) -> dict[str, Any]:
-    """Behaviour cloning on ``sft.num_demos`` expert episodes of ``env``'s tasks; returns its metrics.
-    ``autocast_dtype``: as in :func:`behaviour_cloning` (the run's ``train.precision`` and ``model.dtype``)."""
+def sft_demonstrations(sft: SFTConfig, env: EnvConfig, seed: int, train_tasks: list[Task] | None,
+                       console: Console) -> list[Demonstration]:
+    """The warm start's ``sft.num_demos`` expert episodes of :func:`demonstration_tasks` (seeded by ``seed`` + 7)."""
     with console.status(f"collecting {sft.num_demos} demonstrations"):
         tasks = demonstration_tasks(sft, env, train_tasks)
-        demos = collect_demonstrations(sft, env, tasks, sft.num_demos, seed + 7)
-    examples = [demonstration_ids(demo, chat) for demo in demos]
+        return collect_demonstrations(sft, env, tasks, sft.num_demos, seed + 7)
+
+
+def warm_start(sft: SFTConfig, env: EnvConfig, seed: int, model: Any, chat: ChatFormat,
+               train_tasks: list[Task] | None, console: Console, autocast_dtype: str | None = None,
+               demos: list[Demonstration] | None = None) -> dict[str, Any]:
+    """Behaviour cloning on ``sft.num_demos`` expert episodes of ``env``'s tasks; returns its metrics.
+    ``autocast_dtype``: as in :func:`behaviour_cloning` (the run's ``train.precision`` and ``model.dtype``).
+    ``demos``: :func:`sft_demonstrations` collected already (``model.corpus_from_demos``); None collects them."""
+    if demos is None:
+        demos = sft_demonstrations(sft, env, seed, train_tasks, console)
+    examples = [demonstration_ids(demo, chat) for demo in demos + demonstration_variants(sft, demos, seed + 11)]
     with console.progress(sft.max_steps, "SFT warm start") as advance:
         result = behaviour_cloning(
             model, examples, episodes_per_batch=sft.episodes_per_batch, learning_rate=sft.learning_rate,

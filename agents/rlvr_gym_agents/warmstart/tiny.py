@@ -37,7 +37,7 @@ from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX as QW
 
 from rlvr_gym import Task
 from rlvr_gym_agents.run_io import save_model_dir
-from rlvr_gym_agents.warmstart.demonstrations import collect_demonstrations, import_callable
+from rlvr_gym_agents.warmstart.demonstrations import Demonstration, collect_demonstrations, import_callable
 
 if TYPE_CHECKING:
     from rlvr_gym_agents.config import EnvConfig, ModelConfig, SFTConfig
@@ -201,17 +201,19 @@ def check_round_trip(tokenizer: PreTrainedTokenizerFast, texts: Iterable[str], e
 
 
 def build_tiny_policy(model: ModelConfig, sft: SFTConfig, env: EnvConfig, seed: int, train_tasks: list[Task] | None,
-                      test_tasks: list[Task], out_dir: str | Path) -> Path:
+                      test_tasks: list[Task], out_dir: str | Path, demos: list[Demonstration] | None = None) -> Path:
     """Builds the tiny tokenizer (``model.tokenizer``, ``model.vocab_size``) and model into ``out_dir`` from the
     env's text.
 
     The tokenizer is trained on the text of expert episodes (with admissible mistakes) on training tasks and on
     the held-out tasks, plus ``model.corpus``'s texts (the env's failure messages, which admissible actions never
     produce): the vocabulary must cover every word the agent can see; only the text is used, no held-out episode
-    is trained on.
+    is trained on. ``demos`` (``model.corpus_from_demos``: the warm start's own demonstrations) replaces both sets
+    of episodes.
     """
-    demos = collect_demonstrations(sft, env, train_tasks, model.corpus_episodes, seed)
-    demos += collect_demonstrations(sft, env, test_tasks, len(test_tasks), seed + 1)
+    if demos is None:
+        demos = collect_demonstrations(sft, env, train_tasks, model.corpus_episodes, seed)
+        demos += collect_demonstrations(sft, env, test_tasks, len(test_tasks), seed + 1)
     texts = [text for demo in demos for text in demo.observations + demo.actions]
     return save_tiny_policy(texts + extra_corpus(model, env.env_id, seed), out_dir, seed=seed,
                             tokenizer=model.tokenizer, vocab_size=model.vocab_size, hidden_size=model.hidden_size,

@@ -41,7 +41,7 @@ register(
     "rlvr_gym_web.desktop.env:DesktopEnv",
     description="Generated one-record edits (dialog, tabs, search, wizard) on a small page; the commit ends "
                 "the episode; state-checked reward.",
-    kwargs={"app": "widgets", "page_header": False},
+    kwargs={"app": "widgets", "page_header": False, "reuse_page": True},
     max_turns=8,
     default_suite="web/widgets-test",
 )

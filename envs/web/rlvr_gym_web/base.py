@@ -17,6 +17,8 @@ Cost: one reset (about 0.1-0.3 s: a new context and a page load) plus one step p
 from __future__ import annotations
 
 import contextlib
+import json
+import urllib.parse
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -28,16 +30,25 @@ from rlvr_gym_web.browser import BrowserHost, acquire_browser, keep_browser_warm
 
 FIXED_TIME = "2024-03-15T10:00:00Z"
 _OBSERVE_JS = (Path(__file__).parent / "js" / "observe.js").read_text(encoding="utf-8")
-_SEED_JS = """
-(() => {
-  let a = %d >>> 0;
+_SEEDED_RANDOM_JS = """(seed) => {
+  let a = seed >>> 0;
   Math.random = function () {  // mulberry32
     a = (a + 0x6D2B79F5) >>> 0; let t = a;
     t = Math.imul(t ^ (t >>> 15), t | 1); t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
     return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
   };
-})();
-"""
+}"""
+_SEED_JS = "(" + _SEEDED_RANDOM_JS + ")(%d);"
+EPISODE_PARAM = "rlvr_episode"
+# reuse_page: one init script per context reads the episode's seed (and task, for apps that take one) from the
+# page URL's query, which every episode's goto sets (BrowserEnv.episode_url).
+_EPISODE_JS = """(() => {
+  const raw = new URLSearchParams(location.search).get('rlvr_episode');
+  if (raw === null) return;
+  const episode = JSON.parse(raw);
+  if (episode.task !== null) window.__RLVR_TASK__ = episode.task;
+  (""" + _SEEDED_RANDOM_JS + """)(episode.seed);
+})();"""
 
 
 class InvalidActionError(ValueError):
@@ -59,6 +70,15 @@ class BrowserEnv(Env):
             ``info["screenshot_path"]``.
         page_header: show the ``URL:`` and ``Title:`` lines; False for generated one-page apps, where they
             say nothing new and cost ~25 tokens a page.
+        reuse_page: keep one context and page for the env's life and start each episode by loading the task's
+            page again in it (the subclass opens :meth:`episode_url`): a reset costs one page load instead of a
+            new context and renderer process (about 4x less, ``benchmarks/widgets_env.py``). The pages show
+            the same text; what an episode could see of the last one is closed off: ``go_back`` never leaves
+            the episode's first page. Cookies and storage are kept, so only for apps that use none (ours).
+            Needs ``page_header=False`` (the URL carries the episode's seed and task).
+
+    Raises:
+        ValueError: ``action_timeout_s`` <= 0, or ``reuse_page`` with ``page_header``.
 
     Version History:
         v0: first version.
@@ -75,10 +95,16 @@ class BrowserEnv(Env):
         screenshot_dir: str | None = None,
         render_mode: str | None = None,
         page_header: bool = True,
+        reuse_page: bool = False,
     ) -> None:
         super().__init__(max_turns=max_turns, render_mode=render_mode)
         if action_timeout_s <= 0:
             raise ValueError(f"action_timeout_s must be > 0, got {action_timeout_s}")
+        if reuse_page and page_header:
+            raise ValueError("reuse_page needs page_header=False: the page URL carries the episode's seed and task")
+        self.reuse_page = reuse_page
+        self.episode_seed = 0
+        self._history_start = 0
         self.action_timeout_s = action_timeout_s
         self.max_tree_lines = max_tree_lines
         self.screenshot_dir = Path(screenshot_dir) if screenshot_dir else None
@@ -103,6 +129,14 @@ class BrowserEnv(Env):
         """URL prefixes ``goto`` may open."""
         return ()
 
+    def episode_url(self, url: str, task_data: Any = None) -> str:
+        """The URL ``_open`` loads: ``url`` itself, or with ``reuse_page`` ``url`` with the episode's seed and
+        ``task_data`` (JSON, set as ``window.__RLVR_TASK__`` before the page's scripts run) in its query."""
+        if not self.reuse_page:
+            return url
+        episode = json.dumps({"seed": self.episode_seed, "task": task_data}, separators=(",", ":"))
+        return f"{url}?{urllib.parse.urlencode({EPISODE_PARAM: episode})}"
+
     def _tool_schemas(self) -> list[dict[str, Any]]:
         """OpenAI-style JSON schemas of the task's API tools (empty: no tools)."""
         return []
@@ -113,15 +147,22 @@ class BrowserEnv(Env):
 
     # -- Env hooks ------------------------------------------------------------------------------------
     def _reset(self, task: Any) -> tuple[str, dict[str, Any]]:
-        self._close_context()
-        if self._host is None:
-            self._host = acquire_browser()
-        self._context = self._host.new_context()
-        self._context.clock.set_fixed_time(FIXED_TIME)
-        self._context.add_init_script(_SEED_JS % int(self.np_random.integers(0, 2**32 - 1)))
-        self.page = self._context.new_page()
-        self.page.set_default_timeout(self.action_timeout_s * 1000)
+        if not (self.reuse_page and self.page is not None and not self.page.is_closed() and self._browser_alive()):
+            self._close_context()
+            if self._host is None:
+                self._host = acquire_browser()
+            self._context = self._host.new_context()
+            self._context.clock.set_fixed_time(FIXED_TIME)
+            if self.reuse_page:
+                self._context.add_init_script(_EPISODE_JS)
+            self.page = self._context.new_page()
+            self.page.set_default_timeout(self.action_timeout_s * 1000)
+        self.episode_seed = int(self.np_random.integers(0, 2**32 - 1))
+        if not self.reuse_page:
+            self._context.add_init_script(_SEED_JS % self.episode_seed)
         self.goal = self._open(task)
+        if self.reuse_page:
+            self._history_start = int(self.page.evaluate("() => history.length"))
         info: dict[str, Any] = {"goal": self.goal}
         if self._tool_schemas():
             info["tools"] = self._tool_schemas()
@@ -191,7 +232,8 @@ class BrowserEnv(Env):
         elif name == "goto":
             self._goto(args["url"])
         elif name == "go_back":
-            self.page.go_back()
+            if not self.reuse_page or int(self.page.evaluate("() => history.length")) > self._history_start:
+                self.page.go_back()  # a reused page's history holds the last episodes' pages: not theirs to visit
         else:
             self._element_action(name, args)
         if name in ("click", "dblclick", "press", "goto", "go_back"):  # the actions that may load a page

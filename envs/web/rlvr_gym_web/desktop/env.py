@@ -72,8 +72,12 @@ class DesktopEnv(BrowserEnv):
             if data.get("app") != self.app:
                 raise ValueError(f"task {task.id} is for app {data.get('app')!r}, this env runs {self.app!r}")
         self.data = data
-        self.page.context.add_init_script(f"window.__RLVR_TASK__ = {json.dumps({'state': data['state']})};")
-        self.page.goto((APPS_DIR / f"{self.app}.html").as_uri())
+        url = (APPS_DIR / f"{self.app}.html").as_uri()
+        if self.reuse_page:
+            self.page.goto(self.episode_url(url, {"state": data["state"]}))
+        else:
+            self.page.context.add_init_script(f"window.__RLVR_TASK__ = {json.dumps({'state': data['state']})};")
+            self.page.goto(url)
         self.page.wait_for_function("() => window.app !== undefined")
         return str(data["instruction"])
 

@@ -33,6 +33,8 @@ misses), :func:`malformed_actions` (``sft.invalid_actions``: slips of the oracle
 from __future__ import annotations
 
 import dataclasses
+import random
+import re
 from typing import Any
 
 import numpy as np
@@ -330,6 +332,31 @@ def admissible_actions(data: dict[str, Any], observation: str) -> list[str]:
             values = names if node.name == "Search" else pools.get(node.name, ())
             actions += [f'fill("{node.bid}", "{v}")' for v in values if v != node.value]
     return actions
+
+
+_PAGE_ID = re.compile(r"\[(\d\d)\]")
+_ACTION_ID = re.compile(r'^(\w+\("?)(\d\d)(?=")')
+
+
+def relabel_ids(observations: list[str], actions: list[str], rng: random.Random) -> tuple[list[str], list[str]]:
+    """The same episode on a task whose element ids are renamed by one random permutation of :data:`ID_RANGE`
+    (``sft.demo_variants``): what Chromium shows for the task whose ``state["ids"]`` are renamed so, since the
+    page takes its ids from the task and orders its lines by the layout, never by id (tested). Renamed: the
+    ``[NN]`` of page lines and the id an action names (also in a slip without its opening quote); kept: every
+    other number (values, the fixed example ``click("12")`` of a parse error, the off-page slip ``"9"``).
+
+    Args:
+        observations: the episode's observations, in order.
+        actions: its actions.
+        rng: draws the permutation.
+
+    Returns:
+        ``(observations, actions)`` renamed, of the same lengths.
+    """
+    ids = [str(i) for i in range(*ID_RANGE)]
+    renamed = dict(zip(ids, rng.sample(ids, len(ids))))
+    return ([_PAGE_ID.sub(lambda m: f"[{renamed[m.group(1)]}]", text) for text in observations],
+            [_ACTION_ID.sub(lambda m: m.group(1) + renamed[m.group(2)], text) for text in actions])
 
 
 def malformed_actions(env: Env) -> list[str]:
