@@ -250,3 +250,41 @@ def test_relabelled_demonstrations_are_what_chromium_shows_for_the_renamed_task(
         assert widgets.relabel_ids(kept, ['click("9")'], random.Random(0)) == (kept, ['click("9")'])
     finally:
         env.close()
+
+
+@pytest.mark.browser
+def test_an_env_per_episode_takes_the_page_the_last_one_parked(warm_browser: BrowserHost) -> None:
+    """With ``reuse_page`` a closed env parks its context and page in the browser host and the next env's reset
+    takes them (the trainer makes an env per episode); a page that was closed meanwhile is skipped, and the
+    host keeps at most MAX_PARKED_PAGES."""
+    from rlvr_gym_web import browser
+
+    task = widgets.generate_tasks(widgets.ENV_ID, "train", 1)[0]
+    first = rlvr_gym.make(widgets.ENV_ID)
+    first.reset(options={"task": task})
+    page = first.unwrapped.page
+    first.close()
+    second = rlvr_gym.make(widgets.ENV_ID)
+    try:
+        obs, _ = second.reset(options={"task": task})
+        assert second.unwrapped.page is page and obs.startswith("Goal: Edit")
+    finally:
+        second.close()
+    page.close()  # parked again by second.close(); closed behind the host's back
+    third = rlvr_gym.make(widgets.ENV_ID)
+    try:
+        third.reset(options={"task": task})
+        assert third.unwrapped.page is not page and not third.unwrapped.page.is_closed()
+    finally:
+        third.close()
+    envs = [rlvr_gym.make(widgets.ENV_ID) for _ in range(3)]
+    for env in envs:
+        env.reset(options={"task": task})
+    original = browser.MAX_PARKED_PAGES
+    try:
+        browser.MAX_PARKED_PAGES = len(warm_browser._parked) + 1
+        for env in envs:
+            env.close()
+        assert len(warm_browser._parked) == browser.MAX_PARKED_PAGES
+    finally:
+        browser.MAX_PARKED_PAGES = original

@@ -75,7 +75,9 @@ class BrowserEnv(Env):
             new context and renderer process (about 4x less, ``benchmarks/widgets_env.py``). The pages show
             the same text; what an episode could see of the last one is closed off: ``go_back`` never leaves
             the episode's first page. Cookies and storage are kept, so only for apps that use none (ours).
-            Needs ``page_header=False`` (the URL carries the episode's seed and task).
+            Needs ``page_header=False`` (the URL carries the episode's seed and task). A closed env parks its
+            page in the process's browser host for the next such env (an env per episode, as the trainer,
+            the evaluation and the demonstrations make them, gains as much).
 
     Raises:
         ValueError: ``action_timeout_s`` <= 0, or ``reuse_page`` with ``page_header``.
@@ -151,11 +153,15 @@ class BrowserEnv(Env):
             self._close_context()
             if self._host is None:
                 self._host = acquire_browser()
-            self._context = self._host.new_context()
-            self._context.clock.set_fixed_time(FIXED_TIME)
-            if self.reuse_page:
-                self._context.add_init_script(_EPISODE_JS)
-            self.page = self._context.new_page()
+            parked = self._host.take_parked() if self.reuse_page else None
+            if parked is not None:  # another reuse_page env's, closed since: ours now
+                self._context, self.page = parked
+            else:
+                self._context = self._host.new_context()
+                self._context.clock.set_fixed_time(FIXED_TIME)
+                if self.reuse_page:
+                    self._context.add_init_script(_EPISODE_JS)
+                self.page = self._context.new_page()
             self.page.set_default_timeout(self.action_timeout_s * 1000)
         self.episode_seed = int(self.np_random.integers(0, 2**32 - 1))
         if not self.reuse_page:
@@ -299,10 +305,17 @@ class BrowserEnv(Env):
         return self.fork_by_replay()
 
     def _close_context(self) -> None:
-        context, self._context, self.page = self._context, None, None
-        if context is not None:
-            with contextlib.suppress(Exception):
-                context.close()
+        """Closes the episode's context, or with ``reuse_page`` parks it and its page in the browser host for the
+        next env of this process (:meth:`rlvr_gym_web.browser.BrowserHost.park`): an env per episode, as the
+        trainer makes them, then still loads a page instead of opening a context."""
+        context, page, self._context, self.page = self._context, self.page, None, None
+        if context is None:
+            return
+        if self.reuse_page and self._host is not None and page is not None and self._browser_alive():
+            self._host.park(context, page)
+            return
+        with contextlib.suppress(Exception):
+            context.close()
 
     @classmethod
     def hold_shared_resources(cls) -> contextlib.AbstractContextManager[object]:
@@ -311,8 +324,9 @@ class BrowserEnv(Env):
         return keep_browser_warm()
 
     def release_episode(self) -> None:
-        """Closes the episode's page and context but keeps this env's hold on the browser (an env-worker
-        pool calls it when it parks the env for reuse); the next ``reset`` opens a new context."""
+        """Closes (or with ``reuse_page`` parks) the episode's page and context but keeps this env's hold on the
+        browser (an env-worker pool calls it when it parks the env for reuse); the next ``reset`` opens a new
+        context or takes a parked one."""
         self._close_context()
 
     def close(self) -> None:

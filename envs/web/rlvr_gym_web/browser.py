@@ -44,6 +44,8 @@ CHROMIUM_ARGS = (
     "--disable-features=OverlayScrollbars,Translate,MediaRouter",
 )
 VIEWPORT = {"width": 800, "height": 600}
+MAX_PARKED_PAGES = 128
+"""Idle pages kept open for the next env with ``reuse_page`` (an RL step's 64 episodes, twice over)."""
 LOCALE = "en-US"
 TIMEZONE = "UTC"
 
@@ -138,6 +140,7 @@ class BrowserHost:
         self._playwright: Any = None
         self.browser: Any = None
         self._thread = threading.get_ident()
+        self._parked: list[tuple[Any, Any]] = []
 
     def ensure_browser(self) -> Any:
         """Returns a connected browser, (re)launching it if it is not running (e.g. after a crash).
@@ -168,10 +171,27 @@ class BrowserHost:
         settings = {"viewport": VIEWPORT, "locale": LOCALE, "timezone_id": TIMEZONE, **options}
         return self.ensure_browser().new_context(**settings)
 
+    def park(self, context: Any, page: Any) -> None:
+        """Keeps a closed episode's context and page for :meth:`take_parked` (envs with ``reuse_page``, whose
+        every episode loads its page again); beyond :data:`MAX_PARKED_PAGES` the context is closed instead."""
+        if len(self._parked) < MAX_PARKED_PAGES and self.browser is not None and not page.is_closed():
+            self._parked.append((context, page))
+        else:
+            with contextlib.suppress(Exception):
+                context.close()
+
+    def take_parked(self) -> tuple[Any, Any] | None:
+        """The last parked ``(context, page)`` whose page is still open, or None."""
+        while self._parked:
+            context, page = self._parked.pop()
+            if not page.is_closed() and self.browser is not None and self.browser.is_connected():
+                return context, page
+        return None
+
     def shutdown(self) -> None:
         """Closes the browser and stops the driver; safe to call at any time."""
         browser, playwright = self.browser, self._playwright
-        self.browser, self._playwright = None, None
+        self.browser, self._playwright, self._parked = None, None, []
         if browser is not None:
             with contextlib.suppress(Exception):
                 browser.close()
