@@ -5,12 +5,14 @@ earned (:meth:`BrowserEnv._verdict`); optionally they declare API tools (:meth:`
 :meth:`BrowserEnv._call_tool`). Everything else is here: browser contexts, seeding, observation, actions,
 failures, forking and clean-up.
 
-Determinism: each episode runs in a new browser context with a fixed viewport (800x600), locale (en-US),
-timezone (UTC) and clock (``Date`` fixed at :data:`FIXED_TIME`, timers still run), and ``Math.random``
-replaced before any page script by a generator seeded from the episode seed (mulberry32).
+Determinism: each episode runs in a new browser context (with ``reuse_page``: a fresh load of its page in a
+context opened the same way) with a fixed viewport (800x600), locale (en-US), timezone (UTC) and clock (``Date``
+fixed at :data:`FIXED_TIME`, timers still run), and ``Math.random`` replaced before any page script by a
+generator seeded from the episode seed (mulberry32).
 
 Forking replays the action history on a new page of the same browser (:meth:`rlvr_gym.Env.fork_by_replay`).
-Cost: one reset (about 0.1-0.3 s: a new context and a page load) plus one step per past turn (about
+Cost: one reset (about 0.25-0.4 s for a new context and a page load, 0.1 s for a page load with ``reuse_page``,
+``benchmarks/widgets_env.py``) plus one step per past turn (about
 20-60 ms each for our apps and MiniWoB, more for actions that wait on the page).
 """
 
@@ -75,7 +77,9 @@ class BrowserEnv(Env):
             new context and renderer process (about 4x less, ``benchmarks/widgets_env.py``). The pages show
             the same text; what an episode could see of the last one is closed off: ``go_back`` never leaves
             the episode's first page. Cookies and storage are kept, so only for apps that use none (ours).
-            Needs ``page_header=False`` (the URL carries the episode's seed and task). A closed env parks its
+            Needs ``page_header=False`` (the URL carries the episode's seed and task), and an app that does not
+            navigate within an episode (Chromium keeps at most 50 history entries, so the ``go_back`` guard
+            cannot count past that). A closed env parks its
             page in the process's browser host for the next such env (an env per episode, as the trainer,
             the evaluation and the demonstrations make them, gains as much).
 
