@@ -181,11 +181,14 @@ class BrowserHost:
                 context.close()
 
     def take_parked(self) -> tuple[Any, Any] | None:
-        """The last parked ``(context, page)`` whose page is still open, or None."""
+        """The last parked ``(context, page)`` whose page is still open, or None; a parked context whose page was
+        closed meanwhile is closed, not handed out."""
         while self._parked:
             context, page = self._parked.pop()
             if not page.is_closed() and self.browser is not None and self.browser.is_connected():
                 return context, page
+            with contextlib.suppress(Exception):
+                context.close()
         return None
 
     def shutdown(self) -> None:
