@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rlvr_gym_web.observation import bid_of, find, parse_tree
+from rlvr_gym_web.observation import bid_of, find, named, parse_tree, target_of
 
 OBS = """Goal: do it
 URL: file:///x.html
@@ -36,3 +36,20 @@ def test_find_within_a_row_and_bid_of() -> None:
     assert [nodes[i].name for i in find(nodes, "cell", within=second_row)] == ["bob"]
     assert bid_of(nodes, "button", "Compose") == "5"
     assert find(nodes, contains="ann@") == [5]
+
+
+def test_named_keeps_actionable_elements_and_target_of_falls_back_to_the_id() -> None:
+    nodes = parse_tree("""Page:
+[1] heading 'Edit Lamp'
+[2] button 'Edit Lamp'
+[3] dialog 'Edit Lamp'
+  [4] button 'OK'
+  [5] button 'OK'
+  [6] combobox 'Mode' value='auto'
+    [7] option 'auto' selected
+  [8] text 'Mode'""")
+    assert named(nodes, "Edit Lamp") == [1]  # the heading and the dialog are not acted on
+    assert named(nodes, "OK") == [3, 4] and named(nodes, "ok") == [] and named(nodes, "Mode") == [5]
+    assert target_of(nodes, 1, by_name=True) == "Edit Lamp" and target_of(nodes, 1, by_name=False) == "2"
+    assert target_of(nodes, 3, by_name=True) == "4"  # two buttons named OK: the id
+    assert target_of(nodes, 5, by_name=True) == "Mode"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from rlvr_gym_web.browser import BrowserHost
 from rlvr_gym_web.desktop import widgets
+from rlvr_gym_web.observation import parse_tree
 
 import rlvr_gym
 from rlvr_gym import FailureKind, load_suite
@@ -113,6 +114,20 @@ def test_oracle_reads_the_page_and_recovers() -> None:
     assert widgets.next_action(data, closed) == 'click("14")'
 
 
+def test_oracle_and_admissible_actions_by_name() -> None:
+    data = _data()
+    assert widgets.next_action(data, DIALOG_PAGE, by_name=True) == 'click("Cancel")'
+    right = DIALOG_PAGE.replace("dialog 'Edit Ivy'", "dialog 'Edit Cai'")
+    assert widgets.next_action(data, right, by_name=True) == 'click("Favorite")'
+    fixed = right.replace("'Favorite' checked", "'Favorite' unchecked")
+    assert widgets.next_action(data, fixed, by_name=True) == 'click("OK")'
+    closed = "\n".join(DIALOG_PAGE.splitlines()[:5])
+    assert widgets.next_action(data, closed, by_name=True) == 'click("Edit Cai")'
+    actions = widgets.admissible_actions(data, DIALOG_PAGE, by_name=True)
+    assert {'click("Edit Ivy")', 'click("Cancel")', 'select_option("Group", "family")', 'fill("Phone", "2041")'} \
+        <= set(actions) and 'click("OK")' not in actions
+
+
 def test_admissible_actions_leave_out_the_commit() -> None:
     actions = widgets.admissible_actions(_data(), DIALOG_PAGE)
     assert 'click("50")' not in actions  # OK
@@ -145,8 +160,9 @@ def test_suites_gold_succeeds_and_wrong_fails(warm_browser: BrowserHost) -> None
 
 
 @pytest.mark.browser
-def test_oracle_recovers_from_every_first_mistake(warm_browser: BrowserHost) -> None:
-    env = rlvr_gym.make(widgets.ENV_ID)
+@pytest.mark.parametrize("by_name", [False, True])
+def test_oracle_recovers_from_every_first_mistake(warm_browser: BrowserHost, by_name: bool) -> None:
+    env = rlvr_gym.make(widgets.ENV_ID, name_targets=by_name)
     try:
         for task in widgets.generate_tasks(widgets.ENV_ID, "train", 4):  # one per layout
             _, info = env.reset(options={"task": task})
@@ -161,13 +177,14 @@ def test_oracle_recovers_from_every_first_mistake(warm_browser: BrowserHost) -> 
 
 
 @pytest.mark.browser
-def test_malformed_actions_are_rejected_and_change_nothing(warm_browser: BrowserHost) -> None:
-    env = rlvr_gym.make(widgets.ENV_ID)
+@pytest.mark.parametrize("by_name", [False, True])
+def test_malformed_actions_are_rejected_and_change_nothing(warm_browser: BrowserHost, by_name: bool) -> None:
+    env = rlvr_gym.make(widgets.ENV_ID, name_targets=by_name)
     try:
         task = widgets.generate_tasks(widgets.ENV_ID, "train", 1)[0]
         obs, _ = env.reset(options={"task": task})
         slips = widgets.malformed_actions(env)
-        assert len(slips) == 3
+        assert len(slips) == 3 and ('"9"' in slips[0]) != by_name, slips
         for slip in slips:
             result = env.step(slip)
             assert result.info["failure"].kind in (FailureKind.INVALID_ACTION, FailureKind.PARSE_ERROR), slip
@@ -288,3 +305,66 @@ def test_an_env_per_episode_takes_the_page_the_last_one_parked(warm_browser: Bro
         assert len(warm_browser._parked) == browser.MAX_PARKED_PAGES
     finally:
         browser.MAX_PARKED_PAGES = original
+
+
+@pytest.mark.browser
+def test_an_action_may_name_its_element_and_a_bad_name_is_an_observation(warm_browser: BrowserHost) -> None:
+    """A name stands for an id (the same pages follow); a name on no element, or on several, is an
+    ``invalid_action`` observation that says so and changes nothing; ``name_targets`` is only for widgets."""
+    by_id, by_name = rlvr_gym.make(widgets.ENV_ID), rlvr_gym.make(widgets.ENV_ID, name_targets=True)
+    try:
+        task = widgets.generate_tasks(widgets.ENV_ID, "train", 1)[0]  # a dialog
+        pages = []
+        for env in (by_id, by_name):
+            env.reset(options={"task": task})
+            pages.append([env.step(env.oracle_action()).observation for _ in range(2)])
+        assert pages[0] == pages[1]
+        obs, _ = by_name.reset(options={"task": task})
+        result = by_name.step('fill("Nope \\" x", "1")')  # quotes in a name reach no CSS selector unescaped
+        assert result.info["failure"].kind == FailureKind.INVALID_ACTION
+        assert "no element with id or name" in result.observation and result.observation.endswith(obs.split("Page:")[1])
+        name = widgets.next_action(task.data, obs, by_name=True).split('"')[1]
+        by_name.unwrapped.page.evaluate("(name) => document.body.append([...document.querySelectorAll('button')]"
+                                        ".find((b) => b.innerText.trim() === name).cloneNode(true))", name)
+        result = by_name.step(f'click("{name}")')
+        assert result.info["failure"].kind == FailureKind.INVALID_ACTION and f"2 elements are named '{name}'" in \
+            result.observation and "use an id" in result.observation
+    finally:
+        by_id.close(), by_name.close()
+    with pytest.raises(ValueError, match="name_targets"):
+        rlvr_gym.make("web/FileManager-v0", name_targets=True)
+
+
+def test_a_drop_down_list_refuses_a_click_on_its_option_or_an_option_it_lacks_at_once(
+    warm_browser: BrowserHost,
+) -> None:
+    """Playwright cannot click an ``<option>`` of a ``<select>``, nor select an option the list lacks, and would
+    wait out its timeout (a ``timeout`` failure, 3 s): the env refuses both at once as an ``invalid_action`` that
+    names the ``select_option`` call to use or the options there are; the call it names works."""
+    env = rlvr_gym.make(widgets.ENV_ID)
+    try:
+        for task in widgets.generate_tasks(widgets.ENV_ID, "train", 40):
+            obs, _ = env.reset(options={"task": task})
+            for _ in range(4):
+                nodes = parse_tree(obs)
+                lists = [i for i, n in enumerate(nodes) if n.role == "combobox"]
+                if lists:
+                    break
+                obs = env.step(env.oracle_action()).observation
+            if lists:
+                break
+        combobox = nodes[lists[0]]
+        option = next(n for n in nodes if n.role == "option" and n.parent == lists[0] and "selected" not in n.props)
+        hint = f'use select_option("{combobox.bid}", "{option.name}")'
+        for action in (f'click("{option.bid}")', f'fill("{option.bid}", "x")', f'click("{option.name}")'):
+            result = env.step(action)
+            assert result.info["failure"].kind == FailureKind.INVALID_ACTION, action
+            assert "option of a drop-down list" in result.observation and hint in result.observation
+        result = env.step(f'select_option("{combobox.bid}", "Nobody")')  # Playwright would wait for it to appear
+        assert result.info["failure"].kind == FailureKind.INVALID_ACTION
+        assert f"'Nobody' is not an option of '{combobox.bid}'; its options: " in result.observation
+        assert f"'{option.name}'" in result.observation.split("Page:")[0]
+        after = parse_tree(env.step(hint.removeprefix("use ")).observation)
+        assert "selected" in next(n for n in after if n.bid == option.bid).props
+    finally:
+        env.close()

@@ -29,8 +29,16 @@ from rlvr_gym.failures import Failure, FailureKind
 from rlvr_gym.verifier import RewardResult
 from rlvr_gym_web.actions import Action, ActionParseError, parse_action, url_allowed
 from rlvr_gym_web.browser import BrowserHost, acquire_browser, keep_browser_warm, release_browser
+from rlvr_gym_web.observation import named, parse_tree
 
 FIXED_TIME = "2024-03-15T10:00:00Z"
+
+
+def _bid_selector(bid: str) -> str:
+    """The CSS selector of the element whose ``data-bid`` is ``bid`` (quotes and backslashes escaped)."""
+    return '[data-bid="' + bid.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\a ") + '"]'
+
+
 _OBSERVE_JS = (Path(__file__).parent / "js" / "observe.js").read_text(encoding="utf-8")
 _SEEDED_RANDOM_JS = """(seed) => {
   let a = seed >>> 0;
@@ -41,6 +49,13 @@ _SEEDED_RANDOM_JS = """(seed) => {
   };
 }"""
 _SEED_JS = "(" + _SEEDED_RANDOM_JS + ")(%d);"
+# [[value, label], ...] of a <select>'s options, else null.
+_LIST_OPTIONS_JS = "(el) => el.tagName === 'SELECT' ? [...el.options].map((o) => [o.value, o.label]) : null"
+# [list id, option label] when the element is an <option> of a <select> (never actionable alone), else null.
+_OPTION_OF_LIST_JS = """(el) => {
+  const list = el.tagName === 'OPTION' ? el.closest('select') : null;
+  return list ? [list.getAttribute('data-bid') || '', (el.label || el.textContent || '').trim()] : null;
+}"""
 EPISODE_PARAM = "rlvr_episode"
 # reuse_page: one init script per context reads the episode's seed (and task, for apps that take one) from the
 # page URL's query, which every episode's goto sets (BrowserEnv.episode_url).
@@ -251,16 +266,45 @@ class BrowserEnv(Env):
                 self.page.wait_for_load_state("domcontentloaded", timeout=self.action_timeout_s * 1000)
         return ""
 
+    def _locate(self, target: str) -> Any:
+        """The Playwright locator of the element ``target`` names: its id, else its accessible name among the
+        elements a user can act on (:func:`rlvr_gym_web.observation.named`, read from the page now).
+
+        Raises:
+            InvalidActionError: no element has that id or name, or several have that name.
+        """
+        locator = self.page.locator(_bid_selector(target))
+        if locator.count():
+            return locator.first
+        nodes = parse_tree("\n".join(self.page.evaluate(_OBSERVE_JS, self.max_tree_lines)["lines"]))
+        found = named(nodes, target)
+        if not found and target.isdigit():
+            raise InvalidActionError(f"no element with id {target!r} on the page; use an id in brackets")
+        if not found:
+            raise InvalidActionError(f"no element with id or name {target!r} on the page; use an id in brackets "
+                                     f"or the exact name of a button, link, field, option or tab")
+        if len(found) > 1:
+            listed = ", ".join(f"[{nodes[i].bid}] {nodes[i].role}" for i in found)
+            raise InvalidActionError(f"{len(found)} elements are named {target!r} ({listed}); use an id in brackets")
+        return self.page.locator(_bid_selector(nodes[found[0]].bid)).first
+
     def _element_action(self, name: str, args: dict[str, Any]) -> None:
-        locator = self.page.locator(f'[data-bid="{args["bid"]}"]')
-        if locator.count() == 0:
-            raise InvalidActionError(f"no element with id {args['bid']!r} on the page; use an id in brackets")
-        element = locator.first
+        element = self._locate(args["bid"])
+        if name != "select_option":  # Playwright would wait its whole timeout for an option it never sees
+            in_list = element.evaluate(_OPTION_OF_LIST_JS)
+            if in_list is not None:
+                raise InvalidActionError(f"{args['bid']!r} is an option of a drop-down list and cannot be used with "
+                                         f"{name}(); use select_option(\"{in_list[0]}\", \"{in_list[1]}\")")
         if name == "fill":
             element.fill(args["value"])
         elif name == "press":
             element.press(args["key"])
         elif name == "select_option":  # Playwright matches each string against option values and labels
+            offered = element.evaluate(_LIST_OPTIONS_JS)  # and would wait out its timeout for one never offered
+            missing = [o for o in args["options"] if offered is not None and not any(o in pair for pair in offered)]
+            if missing:
+                listed = ", ".join(repr(label) for _, label in offered)
+                raise InvalidActionError(f"{missing[0]!r} is not an option of {args['bid']!r}; its options: {listed}")
             element.select_option(args["options"])
         else:
             getattr(element, name)()

@@ -1,4 +1,5 @@
-"""Reading web observations back: parse the element lines into nodes (for scripted agents and tests).
+"""Reading web observations back: parse the element lines into nodes (for scripted agents, tests and actions
+that name an element by its accessible name instead of its id).
 
 An element line looks like ``  [12] button 'Delete a.txt' disabled``: two spaces per depth, the element id in
 brackets, the role, the quoted accessible name (optional) and properties (``value='...'``, ``checked``,
@@ -85,6 +86,26 @@ def _descends(nodes: list[Node], index: int, ancestor: int) -> bool:
             return True
         parent = nodes[parent].parent
     return False
+
+
+ACTIONABLE_ROLES = frozenset({"button", "link", "checkbox", "radio", "switch", "textbox", "searchbox", "combobox",
+                              "listbox", "option", "tab", "menuitem", "slider", "spinbutton", "clickable"})
+"""The roles an action may name by accessible name (:func:`named`): what a user can click, type into or pick."""
+
+
+def named(nodes: list[Node], name: str) -> list[int]:
+    """Indices of the actionable nodes (:data:`ACTIONABLE_ROLES`) whose accessible name is exactly ``name``:
+    the elements an action's ``bid`` argument names when it is not an element id (``click("OK")``), as
+    Playwright's ``get_by_role(role, name=..., exact=True)`` finds them. A heading, a dialog or a text line of
+    the same name is not a match."""
+    return [i for i, node in enumerate(nodes) if node.name == name and node.role in ACTIONABLE_ROLES]
+
+
+def target_of(nodes: list[Node], index: int, by_name: bool) -> str:
+    """What an action writes to address ``nodes[index]``: its id, or with ``by_name`` its accessible name when
+    that name picks it alone (:func:`named`), else its id."""
+    node = nodes[index]
+    return node.name if by_name and node.name and named(nodes, node.name) == [index] else node.bid
 
 
 def bid_of(nodes: list[Node], role: str | None = None, name: str | None = None, **kwargs: object) -> str:

@@ -54,9 +54,15 @@ def tool_schemas(app: str) -> list[dict[str, Any]]:
     return list(_module(app).TOOLS)
 
 
-def gui_solver(data: dict[str, Any]) -> GuiSolver:
-    """A scripted GUI agent for the task (start with ``next()``, then ``send(observation)``)."""
-    return _module(data["app"]).gui_solver(data)  # type: ignore[no-any-return]
+NAME_TARGET_APPS = ("widgets",)
+"""The apps whose scripted solver and action list can address elements by name (``by_name``)."""
+
+
+def gui_solver(data: dict[str, Any], by_name: bool = False) -> GuiSolver:
+    """A scripted GUI agent for the task (start with ``next()``, then ``send(observation)``); with ``by_name``
+    its actions name elements by accessible name, not id (apps in :data:`NAME_TARGET_APPS`)."""
+    module = _module(data["app"])
+    return module.gui_solver(data, by_name=True) if by_name else module.gui_solver(data)  # type: ignore[no-any-return]
 
 
 def ends_on_submit(app: str) -> bool:
@@ -64,7 +70,10 @@ def ends_on_submit(app: str) -> bool:
     return bool(getattr(_module(app), "ENDS_ON_SUBMIT", False))
 
 
-def admissible_actions(data: dict[str, Any], observation: str) -> list[str] | None:
-    """The actions the app lists for this page (None when the app lists none)."""
+def admissible_actions(data: dict[str, Any], observation: str, by_name: bool = False) -> list[str] | None:
+    """The actions the app lists for this page (None when the app lists none), elements named as
+    :func:`gui_solver` names them."""
     lister = getattr(_module(data["app"]), "admissible_actions", None)
-    return None if lister is None else list(lister(data, observation))
+    if lister is None:
+        return None
+    return list(lister(data, observation, by_name=True) if by_name else lister(data, observation))

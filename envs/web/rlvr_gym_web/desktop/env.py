@@ -44,10 +44,13 @@ class DesktopEnv(BrowserEnv):
 
     Args:
         app: ``files``, ``mail``, ``todo``, ``sheet``, ``settings`` or ``widgets``.
+        name_targets: the oracle (:meth:`oracle_action`) and ``info["admissible_actions"]`` name elements by
+            accessible name (``click("OK")``), not by id; the env takes either form from any agent. Only for
+            the apps in :data:`rlvr_gym_web.desktop.apps.NAME_TARGET_APPS`.
         **kwargs: passed to :class:`rlvr_gym_web.base.BrowserEnv`.
 
     Raises:
-        ValueError: for an unknown app.
+        ValueError: for an unknown app, or ``name_targets`` for an app whose solver names ids only.
 
     Version History:
         v0: first version.
@@ -55,11 +58,15 @@ class DesktopEnv(BrowserEnv):
 
     max_turns = 30
 
-    def __init__(self, app: str = "files", **kwargs: Any) -> None:
+    def __init__(self, app: str = "files", name_targets: bool = False, **kwargs: Any) -> None:
         if app not in apps.APPS:
             raise ValueError(f"unknown app {app!r}; apps: {', '.join(apps.APPS)}")
+        if name_targets and app not in apps.NAME_TARGET_APPS:
+            raise ValueError(f"name_targets: the {app!r} app's solver names elements by id only; apps with names: "
+                             f"{', '.join(apps.NAME_TARGET_APPS)}")
         super().__init__(**kwargs)
         self.app = app
+        self.name_targets = name_targets
         self.data: dict[str, Any] = {}
         self._oracle: GuiSolver | None = None
 
@@ -93,7 +100,7 @@ class DesktopEnv(BrowserEnv):
         return result
 
     def _list_actions(self, observation: str, info: dict[str, Any]) -> None:
-        admissible = apps.admissible_actions(self.data, observation)
+        admissible = apps.admissible_actions(self.data, observation, self.name_targets)
         if admissible is not None:
             info["admissible_actions"] = admissible
 
@@ -129,7 +136,7 @@ class DesktopEnv(BrowserEnv):
         if not self._started:
             raise RuntimeError("oracle_action() needs an episode; call reset() first")
         if self._oracle is None:
-            self._oracle = apps.gui_solver(self.data)
+            self._oracle = apps.gui_solver(self.data, self.name_targets)
             next(self._oracle)
         try:
             return self._oracle.send(self.last_observation)

@@ -15,7 +15,9 @@ record's fields changed as asked, every other field of every record unchanged.
 
 Observations are short (no URL or title line; about 6-14 element lines, ~60-150 byte-level BPE tokens) and
 element ids are two digits, drawn per task from its seed and stable for the whole episode, so an id must be
-read from the page, never counted.
+read from the page, never counted. Every element an action needs also has a name unique on its page, and an
+action may name it instead (``click("OK")``, ``select_option("Mode", "eco")``; :mod:`rlvr_gym_web.actions`):
+with ``by_name`` (the env's ``name_targets``) the oracle and the admissible actions do so.
 
 Held-out structure: a task's *structure* is its layout and the set of field types it changes (``choice``,
 ``bool+text``, ...). The structure with layout index ``l`` and change-set index ``c`` (in :data:`LAYOUTS` and
@@ -43,7 +45,7 @@ from rlvr_gym.core import Env
 from rlvr_gym.tasks import Split, Task, check_generator_range
 from rlvr_gym.verifier import RewardResult
 from rlvr_gym_web.desktop.common import GuiSolver, run_policy, score
-from rlvr_gym_web.observation import Node, find, parse_tree
+from rlvr_gym_web.observation import Node, find, parse_tree, target_of
 
 ENV_ID = "web/Widgets-v0"
 TOOLS: list[dict[str, Any]] = []
@@ -239,40 +241,51 @@ def _node(nodes: list[Node], role: str, name: str) -> Node | None:
     return nodes[found[0]] if found else None
 
 
-def _fix(nodes: list[Node], field: dict[str, Any], want: Any) -> str | None:
+def _fix(nodes: list[Node], field: dict[str, Any], want: Any, by_name: bool) -> str | None:
     """The action that sets one form control to ``want``, or None when it already shows it."""
-    node = _node(nodes, ROLE[field["type"]], field["label"])
-    if node is None:
+    found = find(nodes, ROLE[field["type"]], field["label"])
+    if not found:
         return None
+    node, ref = nodes[found[0]], target_of(nodes, found[0], by_name)
     if field["type"] == "bool":
-        return None if ("checked" in node.props) == want else f'click("{node.bid}")'
+        return None if ("checked" in node.props) == want else f'click("{ref}")'
     if node.value == want:
         return None
     verb = "select_option" if field["type"] == "choice" else "fill"
-    return f'{verb}("{node.bid}", "{want}")'
+    return f'{verb}("{ref}", "{want}")'
 
 
-def _edit(nodes: list[Node], data: dict[str, Any], commit: str) -> str:
+def _edit(nodes: list[Node], data: dict[str, Any], commit: str, by_name: bool) -> str:
     """Fix the first control that differs from the target's final values, else commit."""
     target = data["expect"]["target"]
     want = next(r["values"] for r in data["expect"]["records"] if r["name"] == target)
     for field in data["state"]["fields"]:
-        action = _fix(nodes, field, want[field["key"]])
+        action = _fix(nodes, field, want[field["key"]], by_name)
         if action is not None:
             return action
-    return _click(nodes, "button", commit)
+    return _click(nodes, "button", commit, by_name)
 
 
-def _click(nodes: list[Node], role: str, name: str) -> str:
-    node = _node(nodes, role, name)
-    if node is None:
+def _ref(nodes: list[Node], role: str, name: str, by_name: bool) -> str:
+    found = find(nodes, role, name)
+    if not found:
         raise LookupError(f"no {role} {name!r} on the page")
-    return f'click("{node.bid}")'
+    return target_of(nodes, found[0], by_name)
 
 
-def next_action(data: dict[str, Any], observation: str) -> str:
+def _click(nodes: list[Node], role: str, name: str, by_name: bool) -> str:
+    return f'click("{_ref(nodes, role, name, by_name)}")'
+
+
+def next_action(data: dict[str, Any], observation: str, by_name: bool = False) -> str:
     """The oracle's action for the page in ``observation`` (it recovers from any earlier action: it reads the
     page, not the history).
+
+    Args:
+        data: the task's data.
+        observation: the current observation.
+        by_name: address elements by their accessible names (``click("OK")``) instead of their ids
+            (``click("72")``); the env takes either (:mod:`rlvr_gym_web.actions`).
 
     Raises:
         LookupError: when the page lacks an element the layout always shows (not a widgets page).
@@ -282,55 +295,60 @@ def next_action(data: dict[str, Any], observation: str) -> str:
     if layout == "dialog":
         dialog = find(nodes, "dialog")
         if not dialog:
-            return _click(nodes, "button", f"Edit {target}")
+            return _click(nodes, "button", f"Edit {target}", by_name)
         if nodes[dialog[0]].name != f"Edit {target}":
-            return _click(nodes, "button", "Cancel")
-        return _edit(nodes, data, "OK")
+            return _click(nodes, "button", "Cancel", by_name)
+        return _edit(nodes, data, "OK", by_name)
     if layout == "tabs":
         tab = _node(nodes, "tab", target)
         if tab is None or "selected" not in tab.props:
-            return _click(nodes, "tab", target)
-        return _edit(nodes, data, "Save")
+            return _click(nodes, "tab", target, by_name)
+        return _edit(nodes, data, "Save", by_name)
     if layout == "search":
         box = _node(nodes, "textbox", "Search")
         if box is None:
             raise LookupError("no Search box on the page")
         if box.value != target:
-            return f'fill("{box.bid}", "{target}")'
-        return _edit(nodes, data, "Save")
+            return f'fill("{_ref(nodes, "textbox", "Search", by_name)}", "{target}")'
+        return _edit(nodes, data, "Save", by_name)
     if _node(nodes, "button", "Finish") is not None:  # the wizard's second step
         if _node(nodes, "text", f"Editing {target}") is None:
-            return _click(nodes, "button", "Back")
-        return _edit(nodes, data, "Finish")
-    pick = _node(nodes, "combobox", data["state"]["noun"].capitalize())
+            return _click(nodes, "button", "Back", by_name)
+        return _edit(nodes, data, "Finish", by_name)
+    noun = data["state"]["noun"].capitalize()
+    pick = _node(nodes, "combobox", noun)
     if pick is None:
         raise LookupError("no record list on the wizard's first step")
-    return f'select_option("{pick.bid}", "{target}")' if pick.value != target else _click(nodes, "button", "Next")
+    if pick.value != target:
+        return f'select_option("{_ref(nodes, "combobox", noun, by_name)}", "{target}")'
+    return _click(nodes, "button", "Next", by_name)
 
 
-def gui_solver(data: dict[str, Any]) -> GuiSolver:
+def gui_solver(data: dict[str, Any], by_name: bool = False) -> GuiSolver:
     """The oracle as a scripted GUI agent (:func:`next_action` on each observation)."""
-    return run_policy(lambda obs: next_action(data, obs))
+    return run_policy(lambda obs: next_action(data, obs, by_name))
 
 
 # -- warm-start hooks ------------------------------------------------------------------------------------
-def admissible_actions(data: dict[str, Any], observation: str) -> list[str]:
+def admissible_actions(data: dict[str, Any], observation: str, by_name: bool = False) -> list[str]:
     """Every action the page offers that keeps the episode going (commits left out, so a demonstration's
     injected mistake can be recovered from): a click on each button, tab and switch; each other option of a
     list; the search box filled with each record's name; a text field filled with each other value of its pool.
+    Elements are addressed by id, or with ``by_name`` by name (as :func:`next_action`).
     """
     pools = {f[1]: f[3] for theme in THEMES for f in theme.fields if f[2] == "text"}
     names = [r["name"] for r in data["state"]["records"]]
     nodes = parse_tree(observation)
     actions = []
-    for node in nodes:
+    for index, node in enumerate(nodes):
+        ref = target_of(nodes, index, by_name)
         if node.role in ("button", "tab", "checkbox") and node.name not in COMMIT_BUTTONS:
-            actions.append(f'click("{node.bid}")')
+            actions.append(f'click("{ref}")')
         elif node.role == "option" and "selected" not in node.props and node.name != "-" and node.parent is not None:
-            actions.append(f'select_option("{nodes[node.parent].bid}", "{node.name}")')
+            actions.append(f'select_option("{target_of(nodes, node.parent, by_name)}", "{node.name}")')
         elif node.role == "textbox":
             values = names if node.name == "Search" else pools.get(node.name, ())
-            actions += [f'fill("{node.bid}", "{v}")' for v in values if v != node.value]
+            actions += [f'fill("{ref}", "{v}")' for v in values if v != node.value]
     return actions
 
 
@@ -360,9 +378,11 @@ def relabel_ids(observations: list[str], actions: list[str], rng: random.Random)
 
 
 def malformed_actions(env: Env) -> list[str]:
-    """Slips of the oracle's next action that the env rejects (``sft.invalid_actions``): an element id that is
-    not on the page (``"9"``: ids have two digits), the closing parenthesis missing, the id's opening quote
-    missing. Each gives an ``invalid_action`` or ``parse_error`` observation and changes nothing.
+    """Slips of the oracle's next action that the env rejects (``sft.invalid_actions``): an element that is not
+    on the page (the id ``"9"``: ids have two digits; by name, the name in swapped case: names match exactly), the
+    closing parenthesis missing, the element's opening quote missing. Each gives an ``invalid_action`` or
+    ``parse_error`` observation and changes nothing. Elements are named as the env's oracle names them
+    (``name_targets``).
 
     Raises:
         TypeError: for an env that is not a started ``web/Widgets-v0`` episode.
@@ -370,7 +390,8 @@ def malformed_actions(env: Env) -> list[str]:
     data = getattr(env, "data", None)
     if not data or data.get("app") != "widgets":
         raise TypeError(f"malformed_actions needs a started {ENV_ID} env, got {type(env).__name__}")
-    action = next_action(data, env.last_observation)
+    by_name = bool(getattr(env, "name_targets", False))
+    action = next_action(data, env.last_observation, by_name)
     verb, _, rest = action.partition('("')
     bid, _, tail = rest.partition('"')
-    return [f'{verb}("9"{tail}', action[:-1], f"{verb}({bid}\"{tail}"]
+    return [f'{verb}("{bid.swapcase() if by_name else 9}"{tail}', action[:-1], f"{verb}({bid}\"{tail}"]
