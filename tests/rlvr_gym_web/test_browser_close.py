@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from rlvr_gym_web.browser import marked_browsers
+from rlvr_gym_web.desktop.env import DesktopEnv
 
 import rlvr_gym
 from rlvr_gym import load_suite
@@ -71,7 +72,9 @@ def test_training_runs_hold_the_browser_for_the_whole_run() -> None:
 
     config = load_config(Path(__file__).resolve().parents[2] / "agents" / "recipes" / "web-tiny.yaml")
     with env_factory_of(config) as make:
-        assert make is rlvr_gym.make
+        env = make("web/Widgets-v0")  # in this process (no env pool), with the recipe's env kwargs
+        assert isinstance(env.unwrapped, DesktopEnv) and env.unwrapped.name_targets
+        env.close()
         first = _episode_browser("web/Widgets-v0", 3)
         assert own_browsers() == first
     wait_for_no_own_browser()
