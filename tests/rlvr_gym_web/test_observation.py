@@ -53,3 +53,6 @@ def test_named_keeps_actionable_elements_and_target_of_falls_back_to_the_id() ->
     assert target_of(nodes, 1, by_name=True) == "Edit Lamp" and target_of(nodes, 1, by_name=False) == "2"
     assert target_of(nodes, 3, by_name=True) == "4"  # two buttons named OK: the id
     assert target_of(nodes, 5, by_name=True) == "Mode"
+    digits = parse_tree("Page:\n[15] link '3'\n[3] link '15'\n[w] button '7'\n[9] button 'w'")
+    # an env reads a target as an id first: a name that is digits, or another element's id, is not written
+    assert [target_of(digits, i, by_name=True) for i in range(4)] == ["15", "3", "w", "9"]

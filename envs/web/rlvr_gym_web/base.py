@@ -49,12 +49,18 @@ _SEEDED_RANDOM_JS = """(seed) => {
   };
 }"""
 _SEED_JS = "(" + _SEEDED_RANDOM_JS + ")(%d);"
-# [[value, label], ...] of a <select>'s options, else null.
-_LIST_OPTIONS_JS = "(el) => el.tagName === 'SELECT' ? [...el.options].map((o) => [o.value, o.label]) : null"
-# [list id, option label] when the element is an <option> of a <select> (never actionable alone), else null.
+# {multiple, options: [[value, label], ...]} of a <select> (labels with whitespace collapsed, as Playwright
+# compares them), else null.
+_LIST_OPTIONS_JS = """(el) => el.tagName !== 'SELECT' ? null : {
+  multiple: el.multiple,
+  options: [...el.options].map((o) => [o.value, o.label.trim().replace(/\\s+/g, ' ')]),
+}"""
+# [list id, option label] when the element is an <option> of a drop-down <select> (never actionable alone: a
+# list box, multiple or with size > 1, lets its options be clicked), else null.
 _OPTION_OF_LIST_JS = """(el) => {
   const list = el.tagName === 'OPTION' ? el.closest('select') : null;
-  return list ? [list.getAttribute('data-bid') || '', (el.label || el.textContent || '').trim()] : null;
+  if (!list || list.multiple || list.size > 1) return null;
+  return [list.getAttribute('data-bid') || '', (el.label || el.textContent || '').trim()];
 }"""
 EPISODE_PARAM = "rlvr_episode"
 # reuse_page: one init script per context reads the episode's seed (and task, for apps that take one) from the
@@ -288,23 +294,40 @@ class BrowserEnv(Env):
             raise InvalidActionError(f"{len(found)} elements are named {target!r} ({listed}); use an id in brackets")
         return self.page.locator(_bid_selector(nodes[found[0]].bid)).first
 
+    @staticmethod
+    def _check_options(element: Any, target: str, wanted: list[str]) -> None:
+        """Refuses at once a ``select_option`` that Playwright would wait out its timeout for: on a ``<select>``,
+        no wanted string is an option's value or label (a single-choice list takes the first that is; a
+        multiple-choice list needs them all). Labels compare with whitespace collapsed, as Playwright does.
+
+        Raises:
+            InvalidActionError: naming the options the list has.
+        """
+        offered = element.evaluate(_LIST_OPTIONS_JS)
+        if offered is None:  # not a <select>: Playwright says so itself
+            return
+        known = {text for pair in offered["options"] for text in pair}
+        found = [" ".join(w.split()) in known or w in known for w in wanted]
+        if all(found) or (any(found) and not offered["multiple"]):
+            return
+        missing = wanted[found.index(False)]
+        listed = ", ".join(repr(label) for _, label in offered["options"])
+        raise InvalidActionError(f"{missing!r} is not an option of {target!r}; its options: {listed}")
+
     def _element_action(self, name: str, args: dict[str, Any]) -> None:
         element = self._locate(args["bid"])
         if name != "select_option":  # Playwright would wait its whole timeout for an option it never sees
             in_list = element.evaluate(_OPTION_OF_LIST_JS)
             if in_list is not None:
+                call = f"select_option({json.dumps(in_list[0] or args['bid'])}, {json.dumps(in_list[1])})"
                 raise InvalidActionError(f"{args['bid']!r} is an option of a drop-down list and cannot be used with "
-                                         f"{name}(); use select_option(\"{in_list[0]}\", \"{in_list[1]}\")")
+                                         f"{name}(); use {call}")
         if name == "fill":
             element.fill(args["value"])
         elif name == "press":
             element.press(args["key"])
         elif name == "select_option":  # Playwright matches each string against option values and labels
-            offered = element.evaluate(_LIST_OPTIONS_JS)  # and would wait out its timeout for one never offered
-            missing = [o for o in args["options"] if offered is not None and not any(o in pair for pair in offered)]
-            if missing:
-                listed = ", ".join(repr(label) for _, label in offered)
-                raise InvalidActionError(f"{missing[0]!r} is not an option of {args['bid']!r}; its options: {listed}")
+            self._check_options(element, args["bid"], args["options"])
             element.select_option(args["options"])
         else:
             getattr(element, name)()

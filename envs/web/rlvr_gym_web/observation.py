@@ -94,18 +94,22 @@ ACTIONABLE_ROLES = frozenset({"button", "link", "checkbox", "radio", "switch", "
 
 
 def named(nodes: list[Node], name: str) -> list[int]:
-    """Indices of the actionable nodes (:data:`ACTIONABLE_ROLES`) whose accessible name is exactly ``name``:
-    the elements an action's ``bid`` argument names when it is not an element id (``click("OK")``), as
-    Playwright's ``get_by_role(role, name=..., exact=True)`` finds them. A heading, a dialog or a text line of
-    the same name is not a match."""
+    """Indices of the actionable nodes (:data:`ACTIONABLE_ROLES`) whose name is exactly ``name`` as the
+    observation shows it (whitespace collapsed, long names clipped): the elements an action's ``bid`` argument
+    names when it is not an element id (``click("OK")``), in the spirit of Playwright's
+    ``get_by_role(role, name=..., exact=True)``. A heading, a dialog or a text line of the same name is not a
+    match."""
     return [i for i, node in enumerate(nodes) if node.name == name and node.role in ACTIONABLE_ROLES]
 
 
 def target_of(nodes: list[Node], index: int, by_name: bool) -> str:
     """What an action writes to address ``nodes[index]``: its id, or with ``by_name`` its accessible name when
-    that name picks it alone (:func:`named`), else its id."""
+    that name picks it alone (:func:`named`) and cannot be read as an id (an env tries a target as an id first:
+    a name such as ``"3"`` may be another element's id), else its id."""
     node = nodes[index]
-    return node.name if by_name and node.name and named(nodes, node.name) == [index] else node.bid
+    if not by_name or not node.name or node.name.isdigit() or any(other.bid == node.name for other in nodes):
+        return node.bid
+    return node.name if named(nodes, node.name) == [index] else node.bid
 
 
 def bid_of(nodes: list[Node], role: str | None = None, name: str | None = None, **kwargs: object) -> str:

@@ -394,4 +394,5 @@ def malformed_actions(env: Env) -> list[str]:
     action = next_action(data, env.last_observation, by_name)
     verb, _, rest = action.partition('("')
     bid, _, tail = rest.partition('"')
-    return [f'{verb}("{bid.swapcase() if by_name else 9}"{tail}', action[:-1], f"{verb}({bid}\"{tail}"]
+    slip = bid.swapcase() if by_name and bid != bid.swapcase() else "9"  # "9": no widgets page has a 1-digit id
+    return [f'{verb}("{slip}"{tail}', action[:-1], f"{verb}({bid}\"{tail}"]
