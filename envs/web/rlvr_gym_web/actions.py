@@ -1,10 +1,11 @@
 """The web action grammar: one Python-like call per turn, parsed with ``ast`` into a whitelist, never executed.
 
 Browser actions (element ids are the numbers in brackets in the observation; ``"12"`` and ``12`` are both
-accepted). Where an id is expected, an element's accessible name as the page text shows it may stand instead
+accepted). Where an id is expected, an element's accessible name as the observation shows it may stand instead
 (``click("OK")``, ``fill("Email", "a@b.c")``): it must name exactly one element a user can act on (a button, a
-link, a form control, an option, a tab, ...; :func:`rlvr_gym_web.observation.named`), as Playwright's
-``get_by_role(..., name=..., exact=True)`` does; the env says so when it names none or several. An option of a
+link, a form control, an option, a tab, ...; :func:`rlvr_gym_web.observation.named`), in the spirit of
+Playwright's ``get_by_role(..., name=..., exact=True)``; a target is read as an id first, and the env says so when
+a name names none or several. An option of a
 drop-down list is picked with ``select_option`` only; the env refuses another action on it, or an option the
 list lacks, at once (Playwright would wait out its timeout) and lists what to use::
 
