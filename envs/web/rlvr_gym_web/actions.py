@@ -5,9 +5,9 @@ accepted). Where an id is expected, an element's accessible name as the observat
 (``click("OK")``, ``fill("Email", "a@b.c")``): it must name exactly one element a user can act on (a button, a
 link, a form control, an option, a tab, ...; :func:`rlvr_gym_web.observation.named`), in the spirit of
 Playwright's ``get_by_role(..., name=..., exact=True)``; a target is read as an id first, and the env says so when
-a name names none or several. An option of a
-drop-down list is picked with ``select_option`` only; the env refuses another action on it, or an option the
-list lacks, at once (Playwright would wait out its timeout) and lists what to use::
+a name names none or several. An option of a drop-down list is picked with ``select_option`` only; the env
+refuses another action on it, or an option the list lacks, at once (Playwright would wait out its timeout) and
+lists what to use::
 
     click("12")                  dblclick("12")               hover("12")          focus("12")
     fill("7", "some text")       clear("7")                   press("7", "Enter")
