@@ -165,3 +165,68 @@ def test_seed_only_tasks_are_generated_and_the_oracle_solves_them(app: str, warm
             assert result.reward == 1.0, result.info.get("reward_details")
     finally:
         env.close()
+
+
+PREFLIGHT_PAGE = """<style>@keyframes spin { to { transform: rotate(360deg); } } .spin { animation: spin 1s infinite; }</style>
+<button data-bid="1">Plain</button>
+<button data-bid="2" disabled>Off</button>
+<div style="position: relative; display: inline-block">
+  <button data-bid="3">Covered</button><div style="position: absolute; inset: 0; background: white"></div>
+</div>
+<button data-bid="4" style="visibility: hidden">Hidden</button>
+<input data-bid="6" readonly value="x">
+<select data-bid="7"><option data-bid="8" value="r">Red</option><option data-bid="9">  Dark   blue </option></select>
+<select data-bid="12" size="3"><option data-bid="13">One</option></select>
+<span data-bid="10"><b data-bid="11">inner</b></span>
+<div style="height: 2000px"></div><button data-bid="5">Below</button>"""
+
+
+def test_preflight_says_clear_only_where_playwright_would_not_wait(warm_browser: BrowserHost) -> None:
+    """An element action skips Playwright's actionability checks (``force``) only where the page shows the element
+    visible, enabled, editable, still and on top at its centre; every other case keeps Playwright's waiting."""
+    from rlvr_gym_web.base import _PREFLIGHT_JS, _bid_selector
+
+    context = warm_browser.new_context()
+    try:
+        page = context.new_page()
+        page.set_content(PREFLIGHT_PAGE)
+        facts = {bid: page.evaluate(_PREFLIGHT_JS, _bid_selector(bid)) for bid in map(str, range(1, 14))}
+        clear = {bid for bid, fact in facts.items() if fact["clear"]}
+        assert clear == {"1", "7", "10", "11", "12", "13"}  # a list box's option too; not: disabled, covered, hidden,
+        # below the fold, read-only, the options of a closed drop-down
+        assert page.evaluate(_PREFLIGHT_JS, _bid_selector("99")) is None
+        assert facts["7"]["list"] == {"multiple": False, "options": [["r", "Red"], ["Dark blue", "Dark blue"]]}
+        assert facts["8"]["optionOf"] == ["7", "Red"] and facts["13"]["optionOf"] is None  # a list box's is clickable
+        assert facts["1"]["list"] is None and facts["1"]["optionOf"] is None
+        page.eval_on_selector('[data-bid="1"]', "el => el.classList.add('spin')")
+        assert not page.evaluate(_PREFLIGHT_JS, _bid_selector("10"))["clear"]  # anything moving: wait as Playwright
+    finally:
+        context.close()
+
+
+def test_a_covered_element_keeps_playwrights_check_and_fails_as_it_did(warm_browser: BrowserHost) -> None:
+    """A click on an element another one covers is not forced through to the cover: Playwright waits for it and
+    the step records its timeout (forced, the click would land on the cover and fail silently)."""
+    env = rlvr_gym.make("web/Widgets-v0", name_targets=True, action_timeout_s=0.3)
+    try:
+        env.reset(seed=0)
+        name = env.unwrapped.oracle_action().split('"')[1]
+        env.unwrapped.page.evaluate("""() => { const cover = document.createElement('div');
+            cover.style.cssText = 'position: fixed; inset: 0; background: white; z-index: 9';
+            document.body.appendChild(cover); }""")
+        result = env.step(f'click("{name}")')
+        assert result.info["failure"].kind is FailureKind.TIMEOUT and "Timeout 300ms" in result.observation
+        cover_removed = env.unwrapped.page.evaluate("() => { document.body.lastElementChild.remove(); return 1; }")
+        assert cover_removed and "failure" not in env.step(f'click("{name}")').info
+    finally:
+        env.close()
+    strict = rlvr_gym.make("web/Widgets-v0", name_targets=True, strict_actionability=True)
+    try:  # Playwright's checks on every action: the oracle still solves the task
+        strict.reset(seed=0)
+        for _ in range(8):
+            result = strict.step(strict.unwrapped.oracle_action())
+            if result.terminated:
+                break
+        assert result.reward == 1.0
+    finally:
+        strict.close()

@@ -13,7 +13,7 @@ generator seeded from the episode seed (mulberry32).
 Forking replays the action history on a new page of the same browser (:meth:`rlvr_gym.Env.fork_by_replay`).
 Cost: one reset (about 0.25-0.4 s for a new context and a page load, 0.1 s for a page load with ``reuse_page``,
 ``benchmarks/widgets_env.py``) plus one step per past turn (about
-20-60 ms each for our apps and MiniWoB, more for actions that wait on the page).
+15-60 ms each for our apps and MiniWoB, more for actions that wait on the page).
 """
 
 from __future__ import annotations
@@ -49,19 +49,36 @@ _SEEDED_RANDOM_JS = """(seed) => {
   };
 }"""
 _SEED_JS = "(" + _SEEDED_RANDOM_JS + ")(%d);"
-# {multiple, options: [[value, label], ...]} of a <select> (labels with whitespace collapsed, as Playwright
-# compares them), else null.
-_LIST_OPTIONS_JS = """(el) => el.tagName !== 'SELECT' ? null : {
-  multiple: el.multiple,
-  options: [...el.options].map((o) => [o.value, o.label.trim().replace(/\\s+/g, ' ')]),
-}"""
-# [list id, option label] when the element is an <option> of a drop-down <select> (never actionable alone: a
-# list box, multiple or with size > 1, lets its options be clicked), else null.
-_OPTION_OF_LIST_JS = """(el) => {
+# What an element action needs to know before Playwright acts, in one round trip, for the first element the CSS
+# selector matches in the page (null when none):
+# - optionOf: [list id, option label] when the element is an <option> of a drop-down <select> (never actionable
+#   alone: a list box, multiple or with size > 1, lets its options be clicked), else null;
+# - list: {multiple, options: [[value, label], ...]} of a <select> (labels with whitespace collapsed, as
+#   Playwright compares them), else null;
+# - clear: what Playwright's actionability checks wait for holds now and cannot change while nothing moves:
+#   the element is visible, enabled and not read-only, no animation or transition runs in the document, its centre
+#   is in the viewport and the topmost element there is it or inside it (it receives the pointer events).
+_PREFLIGHT_JS = """(selector) => {
+  const el = document.querySelector(selector);
+  if (!el) return null;
   const list = el.tagName === 'OPTION' ? el.closest('select') : null;
-  if (!list || list.multiple || list.size > 1) return null;
-  return [list.getAttribute('data-bid') || '', (el.label || el.textContent || '').trim()];
+  const optionOf = !list || list.multiple || list.size > 1 ? null
+    : [list.getAttribute('data-bid') || '', (el.label || el.textContent || '').trim()];
+  const options = el.tagName !== 'SELECT' ? null : {
+    multiple: el.multiple,
+    options: [...el.options].map((o) => [o.value, o.label.trim().replace(/\\s+/g, ' ')]),
+  };
+  const box = el.getBoundingClientRect();
+  const x = box.left + box.width / 2, y = box.top + box.height / 2;
+  const shown = box.width > 0 && box.height > 0 && getComputedStyle(el).visibility !== 'hidden';
+  const enabled = !el.matches(':disabled') && !el.readOnly && el.closest('[aria-disabled="true"]') === null;
+  const inView = x >= 0 && y >= 0 && x < window.innerWidth && y < window.innerHeight;
+  const top = shown && inView ? document.elementFromPoint(x, y) : null;
+  const clear = enabled && document.getAnimations().length === 0 && top !== null && (top === el || el.contains(top));
+  return {optionOf, list: options, clear};
 }"""
+# The element actions whose Playwright call takes ``force`` (skip the actionability checks).
+_FORCEABLE = frozenset({"click", "dblclick", "hover", "fill", "clear", "select_option"})
 EPISODE_PARAM = "rlvr_episode"
 # reuse_page: one init script per context reads the episode's seed (and task, for apps that take one) from the
 # page URL's query, which every episode's goto sets (BrowserEnv.episode_url).
@@ -103,6 +120,10 @@ class BrowserEnv(Env):
             cannot count past that). A closed env parks its
             page in the process's browser host for the next such env (an env per episode, as the trainer,
             the evaluation and the demonstrations make them, gains as much).
+        strict_actionability: every element action waits for Playwright's actionability checks (visible,
+            stable, enabled, receiving events). By default an action skips them (``force=True``) where one look at
+            the page shows they hold and cannot change while nothing moves (:data:`_PREFLIGHT_JS`); their
+            stability wait alone costs two animation frames.
 
     Raises:
         ValueError: ``action_timeout_s`` <= 0, or ``reuse_page`` with ``page_header``.
@@ -123,6 +144,7 @@ class BrowserEnv(Env):
         render_mode: str | None = None,
         page_header: bool = True,
         reuse_page: bool = False,
+        strict_actionability: bool = False,
     ) -> None:
         super().__init__(max_turns=max_turns, render_mode=render_mode)
         if action_timeout_s <= 0:
@@ -130,6 +152,7 @@ class BrowserEnv(Env):
         if reuse_page and page_header:
             raise ValueError("reuse_page needs page_header=False: the page URL carries the episode's seed and task")
         self.reuse_page = reuse_page
+        self.strict_actionability = strict_actionability
         self.episode_seed = 0
         self._history_start = 0
         self.action_timeout_s = action_timeout_s
@@ -272,16 +295,17 @@ class BrowserEnv(Env):
                 self.page.wait_for_load_state("domcontentloaded", timeout=self.action_timeout_s * 1000)
         return ""
 
-    def _locate(self, target: str) -> Any:
-        """The Playwright locator of the element ``target`` names: its id, else its accessible name among the
-        elements a user can act on (:func:`rlvr_gym_web.observation.named`, read from the page now).
+    def _locate(self, target: str) -> tuple[Any, dict[str, Any]]:
+        """The Playwright locator of the element ``target`` names, and the page's facts about it
+        (:data:`_PREFLIGHT_JS`): by its id, else by its accessible name among the elements a user can act on
+        (:func:`rlvr_gym_web.observation.named`, read from the page now).
 
         Raises:
             InvalidActionError: no element has that id or name, or several have that name.
         """
-        locator = self.page.locator(_bid_selector(target))
-        if locator.count():
-            return locator.first
+        facts = self.page.evaluate(_PREFLIGHT_JS, _bid_selector(target))
+        if facts is not None:
+            return self.page.locator(_bid_selector(target)).first, facts
         nodes = parse_tree("\n".join(self.page.evaluate(_OBSERVE_JS, self.max_tree_lines)["lines"]))
         found = named(nodes, target)
         if not found and target.isdigit():
@@ -292,18 +316,22 @@ class BrowserEnv(Env):
         if len(found) > 1:
             listed = ", ".join(f"[{nodes[i].bid}] {nodes[i].role}" for i in found)
             raise InvalidActionError(f"{len(found)} elements are named {target!r} ({listed}); use an id in brackets")
-        return self.page.locator(_bid_selector(nodes[found[0]].bid)).first
+        bid = nodes[found[0]].bid
+        facts = self.page.evaluate(_PREFLIGHT_JS, _bid_selector(bid))
+        if facts is None:  # read a moment ago: the page removed it since
+            raise InvalidActionError(f"the element named {target!r} left the page")
+        return self.page.locator(_bid_selector(bid)).first, facts
 
     @staticmethod
-    def _check_options(element: Any, target: str, wanted: list[str]) -> None:
-        """Refuses at once a ``select_option`` that Playwright would wait out its timeout for: on a ``<select>``,
-        no wanted string is an option's value or label (a single-choice list takes the first that is; a
-        multiple-choice list needs them all). Labels compare with whitespace collapsed, as Playwright does.
+    def _check_options(offered: dict[str, Any] | None, target: str, wanted: list[str]) -> None:
+        """Refuses at once a ``select_option`` that Playwright would wait out its timeout for: on a ``<select>``
+        (``offered``: its ``list`` fact from :data:`_PREFLIGHT_JS`), no wanted string is an option's value or label
+        (a single-choice list takes the first that is; a multiple-choice list needs them all). Labels compare with
+        whitespace collapsed, as Playwright does.
 
         Raises:
             InvalidActionError: naming the options the list has.
         """
-        offered = element.evaluate(_LIST_OPTIONS_JS)
         if offered is None:  # not a <select>: Playwright says so itself
             return
         known = {text for pair in offered["options"] for text in pair}
@@ -315,22 +343,27 @@ class BrowserEnv(Env):
         raise InvalidActionError(f"{missing!r} is not an option of {target!r}; its options: {listed}")
 
     def _element_action(self, name: str, args: dict[str, Any]) -> None:
-        element = self._locate(args["bid"])
-        if name != "select_option":  # Playwright would wait its whole timeout for an option it never sees
-            in_list = element.evaluate(_OPTION_OF_LIST_JS)
-            if in_list is not None:
-                call = f"select_option({json.dumps(in_list[0] or args['bid'])}, {json.dumps(in_list[1])})"
-                raise InvalidActionError(f"{args['bid']!r} is an option of a drop-down list and cannot be used with "
-                                         f"{name}(); use {call}")
+        """Performs an element action with Playwright. Where the page shows the element clear
+        (:data:`_PREFLIGHT_JS`) and ``strict_actionability`` is off, the action skips Playwright's actionability
+        checks (``force=True``; a widgets step: ~25 ms against ~47 ms, medians, ``benchmarks/widgets_env.py``);
+        otherwise Playwright waits for them as usual, up to ``action_timeout_s``."""
+        element, facts = self._locate(args["bid"])
+        if name != "select_option" and facts["optionOf"] is not None:  # Playwright would wait its whole timeout
+            list_id, label = facts["optionOf"]
+            call = f"select_option({json.dumps(list_id or args['bid'])}, {json.dumps(label)})"
+            raise InvalidActionError(f"{args['bid']!r} is an option of a drop-down list and cannot be used with "
+                                     f"{name}(); use {call}")
+        clear = facts["clear"] and name in _FORCEABLE and not self.strict_actionability
+        force = {"force": True} if clear else {}
         if name == "fill":
-            element.fill(args["value"])
+            element.fill(args["value"], **force)
         elif name == "press":
             element.press(args["key"])
         elif name == "select_option":  # Playwright matches each string against option values and labels
-            self._check_options(element, args["bid"], args["options"])
-            element.select_option(args["options"])
+            self._check_options(facts["list"], args["bid"], args["options"])
+            element.select_option(args["options"], **force)
         else:
-            getattr(element, name)()
+            getattr(element, name)(**force)
 
     def _goto(self, url: str) -> None:
         allowed = self._allowed_origins()

@@ -85,7 +85,8 @@ class DesktopEnv(BrowserEnv):
         else:
             self.page.context.add_init_script(f"window.__RLVR_TASK__ = {json.dumps({'state': data['state']})};")
             self.page.goto(url)
-        self.page.wait_for_function("() => window.app !== undefined")
+        if not self.page.evaluate("() => window.app !== undefined"):  # a poll waits for a frame: ~20 ms
+            self.page.wait_for_function("() => window.app !== undefined")
         return str(data["instruction"])
 
     def _reset(self, task: Any) -> tuple[str, dict[str, Any]]:
