@@ -461,6 +461,9 @@ class TrainConfig:
         self._check_token_counts()
         if self.train.group_size < 2:
             raise ConfigError(f"train.group_size must be >= 2 for group advantages, got {self.train.group_size}")
+        if self.eval.num_tasks < 1 or self.eval.k < 1:
+            raise ConfigError(f"eval.num_tasks and eval.k must be >= 1 (the run evaluates before and after RL), got "
+                              f"{self.eval.num_tasks} and {self.eval.k}")
         self._derive_rollout()
         sft = self.sft
         if not (0.0 <= sft.mistake_rate and 0.0 <= sft.invalid_rate and sft.mistake_rate + sft.invalid_rate < 1.0):

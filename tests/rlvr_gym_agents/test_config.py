@@ -48,6 +48,8 @@ def test_ints_are_accepted_for_floats() -> None:
     ("algorithm.estimator=ppo", "grpo, drgrpo or rloo"),
     ("algorithm.loss.name=nope", "Unknown loss"),
     ("train.group_size=1", "group_size"),
+    ("eval.num_tasks=0", "eval.num_tasks and eval.k must be >= 1"),
+    ("eval.k=0", "eval.num_tasks and eval.k must be >= 1"),
     ("seed.x=1", "seed must be int"),
     ("algorithm.micro_batch_tokens=0", "micro_batch_tokens must be >= 1"),
     ("algorithm.min_shared_tokens=0", "min_shared_tokens must be >= 1"),
