@@ -178,22 +178,31 @@ PREFLIGHT_PAGE = """<style>@keyframes spin { to { transform: rotate(360deg); } }
 <select data-bid="7"><option data-bid="8" value="r">Red</option><option data-bid="9">  Dark   blue </option></select>
 <select data-bid="12" size="3"><option data-bid="13">One</option></select>
 <span data-bid="10"><b data-bid="11">inner</b></span>
+<label data-bid="14" for="off">Code</label><input id="off" data-bid="15" disabled>
+<button data-bid="16" aria-disabled="TRUE">Aria</button>
+<div style="display: inline-block; width: 60px; height: 20px; overflow: hidden">
+  <button data-bid="17" style="width: 120px">Clipped</button>
+</div>
+<button data-bid="18"><span data-bid="19">In</span></button>
+<div style="width: 80px"><a data-bid="20" href="#">a link that wraps over lines</a></div>
 <div style="height: 2000px"></div><button data-bid="5">Below</button>"""
 
 
 def test_preflight_says_clear_only_where_playwright_would_not_wait(warm_browser: BrowserHost) -> None:
     """An element action skips Playwright's actionability checks (``force``) only where the page shows the element
-    visible, enabled, editable, still and on top at its centre; every other case keeps Playwright's waiting."""
+    visible, enabled, editable, still, wholly in view and on top at its centre, and is not one Playwright
+    retargets; every other case keeps Playwright's waiting. MiniWoB's third-party pages keep it always."""
     from rlvr_gym_web.base import _PREFLIGHT_JS, _bid_selector
 
     context = warm_browser.new_context()
     try:
         page = context.new_page()
         page.set_content(PREFLIGHT_PAGE)
-        facts = {bid: page.evaluate(_PREFLIGHT_JS, _bid_selector(bid)) for bid in map(str, range(1, 14))}
+        facts = {bid: page.evaluate(_PREFLIGHT_JS, _bid_selector(bid)) for bid in map(str, range(1, 21))}
         clear = {bid for bid, fact in facts.items() if fact["clear"]}
-        assert clear == {"1", "7", "10", "11", "12", "13"}  # a list box's option too; not: disabled, covered, hidden,
-        # below the fold, read-only, the options of a closed drop-down
+        assert clear == {"1", "7", "10", "11", "12", "13", "18"}  # a list box's option too; not: disabled, covered,
+        # hidden, below the fold, read-only, a closed drop-down's options, a label (Playwright acts on its control),
+        # aria-disabled in capitals, clipped by its parent, inside a button (Playwright acts on the button), wrapped
         assert page.evaluate(_PREFLIGHT_JS, _bid_selector("99")) is None
         assert facts["7"]["list"] == {"multiple": False, "options": [["r", "Red"], ["Dark blue", "Dark blue"]]}
         assert facts["8"]["optionOf"] == ["7", "Red"] and facts["13"]["optionOf"] is None  # a list box's is clickable
@@ -202,6 +211,9 @@ def test_preflight_says_clear_only_where_playwright_would_not_wait(warm_browser:
         assert not page.evaluate(_PREFLIGHT_JS, _bid_selector("10"))["clear"]  # anything moving: wait as Playwright
     finally:
         context.close()
+    miniwob, widgets = rlvr_gym.make("web/MiniWoB-v0"), rlvr_gym.make("web/Widgets-v0")
+    assert miniwob.unwrapped.strict_actionability and not widgets.unwrapped.strict_actionability
+    miniwob.close(), widgets.close()
 
 
 def test_a_covered_element_keeps_playwrights_check_and_fails_as_it_did(warm_browser: BrowserHost) -> None:

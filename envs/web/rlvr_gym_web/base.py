@@ -55,9 +55,13 @@ _SEED_JS = "(" + _SEEDED_RANDOM_JS + ")(%d);"
 #   alone: a list box, multiple or with size > 1, lets its options be clicked), else null;
 # - list: {multiple, options: [[value, label], ...]} of a <select> (labels with whitespace collapsed, as
 #   Playwright compares them), else null;
-# - clear: what Playwright's actionability checks wait for holds now and cannot change while nothing moves:
-#   the element is visible, enabled and not read-only, no animation or transition runs in the document, its centre
-#   is in the viewport and the topmost element there is it or inside it (it receives the pointer events).
+# - clear: what Playwright's actionability checks wait for holds now, for the element itself, and cannot change
+#   while nothing moves: the element is not one Playwright retargets (a label's text, a child of a button,
+#   checkbox or radio), it is visible, enabled and not read-only (aria-disabled / aria-readonly on it or an
+#   ancestor counted, any case), no CSS animation or transition runs in the document or in the open shadow roots
+#   above it, it is one box wholly inside the viewport and inside every clipping ancestor (Playwright scrolls
+#   nothing), and the topmost element at its centre is it or inside it. Motion driven from JavaScript (timers,
+#   requestAnimationFrame) is not seen: envs whose pages may do that keep Playwright's checks.
 _PREFLIGHT_JS = """(selector) => {
   const el = document.querySelector(selector);
   if (!el) return null;
@@ -68,14 +72,33 @@ _PREFLIGHT_JS = """(selector) => {
     multiple: el.multiple,
     options: [...el.options].map((o) => [o.value, o.label.trim().replace(/\\s+/g, ' ')]),
   };
-  const box = el.getBoundingClientRect();
-  const x = box.left + box.width / 2, y = box.top + box.height / 2;
-  const shown = box.width > 0 && box.height > 0 && getComputedStyle(el).visibility !== 'hidden';
-  const enabled = !el.matches(':disabled') && !el.readOnly && el.closest('[aria-disabled="true"]') === null;
-  const inView = x >= 0 && y >= 0 && x < window.innerWidth && y < window.innerHeight;
-  const top = shown && inView ? document.elementFromPoint(x, y) : null;
-  const clear = enabled && document.getAnimations().length === 0 && top !== null && (top === el || el.contains(top));
-  return {optionOf, list: options, clear};
+  return {optionOf, list: options, clear: isClear()};
+
+  function flagged(name) {
+    for (let a = el; a; a = a.parentElement) if ((a.getAttribute(name) || '').toLowerCase() === 'true') return true;
+    return false;
+  }
+  function isClear() {
+    const control = el.matches('input, textarea, select, button') || el.isContentEditable;
+    const owner = el.closest('button, [role=button], [role=checkbox], [role=radio]');
+    if (!control && ((owner !== null && owner !== el) || el.closest('label') !== null)) return false;
+    if (el.matches(':disabled') || el.readOnly || flagged('aria-disabled') || flagged('aria-readonly')) return false;
+    if (document.getAnimations().length) return false;
+    for (let a = el; a; a = a.parentElement) if (a.shadowRoot && a.shadowRoot.getAnimations().length) return false;
+    const boxes = el.getClientRects();
+    if (boxes.length !== 1 || getComputedStyle(el).visibility !== 'visible') return false;
+    const box = boxes[0];
+    if (box.width <= 0 || box.height <= 0 || box.left < 0 || box.top < 0 || box.right > window.innerWidth ||
+        box.bottom > window.innerHeight) return false;
+    for (let a = el.parentElement; a; a = a.parentElement) {
+      const style = getComputedStyle(a);
+      if (style.overflowX === 'visible' && style.overflowY === 'visible') continue;
+      const clip = a.getBoundingClientRect();
+      if (box.left < clip.left || box.top < clip.top || box.right > clip.right || box.bottom > clip.bottom) return false;
+    }
+    const top = document.elementFromPoint(box.left + box.width / 2, box.top + box.height / 2);
+    return top !== null && (top === el || el.contains(top));
+  }
 }"""
 # The element actions whose Playwright call takes ``force`` (skip the actionability checks).
 _FORCEABLE = frozenset({"click", "dblclick", "hover", "fill", "clear", "select_option"})
@@ -121,9 +144,10 @@ class BrowserEnv(Env):
             page in the process's browser host for the next such env (an env per episode, as the trainer,
             the evaluation and the demonstrations make them, gains as much).
         strict_actionability: every element action waits for Playwright's actionability checks (visible,
-            stable, enabled, receiving events). By default an action skips them (``force=True``) where one look at
+            stable, enabled, receiving events). When False, an action skips them (``force=True``) where one look at
             the page shows they hold and cannot change while nothing moves (:data:`_PREFLIGHT_JS`); their
-            stability wait alone costs two animation frames.
+            stability wait alone costs two animation frames. None: the class's :attr:`strict_by_default` (False;
+            True for MiniWoB's pages).
 
     Raises:
         ValueError: ``action_timeout_s`` <= 0, or ``reuse_page`` with ``page_header``.
@@ -134,6 +158,9 @@ class BrowserEnv(Env):
 
     max_turns = 20
     supports_fork: ClassVar[bool] = True
+    strict_by_default: ClassVar[bool] = False
+    """``strict_actionability`` when the constructor is not told: True for envs whose pages may move elements from
+    JavaScript, which one look at the page cannot see."""
 
     def __init__(
         self,
@@ -144,7 +171,7 @@ class BrowserEnv(Env):
         render_mode: str | None = None,
         page_header: bool = True,
         reuse_page: bool = False,
-        strict_actionability: bool = False,
+        strict_actionability: bool | None = None,
     ) -> None:
         super().__init__(max_turns=max_turns, render_mode=render_mode)
         if action_timeout_s <= 0:
@@ -152,7 +179,7 @@ class BrowserEnv(Env):
         if reuse_page and page_header:
             raise ValueError("reuse_page needs page_header=False: the page URL carries the episode's seed and task")
         self.reuse_page = reuse_page
-        self.strict_actionability = strict_actionability
+        self.strict_actionability = self.strict_by_default if strict_actionability is None else strict_actionability
         self.episode_seed = 0
         self._history_start = 0
         self.action_timeout_s = action_timeout_s

@@ -90,6 +90,7 @@ class MiniWoBEnv(BrowserEnv):
     """
 
     max_turns = 10
+    strict_by_default = True  # third-party pages; some move elements from JavaScript (NONDETERMINISTIC_PAGES)
 
     def _open(self, task: Any) -> str:
         if task is None or "page" not in task.data:
