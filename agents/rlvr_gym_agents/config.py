@@ -458,12 +458,9 @@ class TrainConfig:
         if lora.rank < 0 or lora.alpha <= 0 or not 0.0 <= lora.dropout < 1.0 or not lora.target_modules:
             raise ConfigError(f"model.lora needs rank >= 0 (0 = off), alpha > 0, dropout in [0, 1) and target_modules; "
                               f"got {lora}")
-        self._check_token_counts()
+        self._check_counts()
         if self.train.group_size < 2:
             raise ConfigError(f"train.group_size must be >= 2 for group advantages, got {self.train.group_size}")
-        if self.eval.num_tasks < 1 or self.eval.k < 1:
-            raise ConfigError(f"eval.num_tasks and eval.k must be >= 1 (the run evaluates before and after RL), got "
-                              f"{self.eval.num_tasks} and {self.eval.k}")
         self._derive_rollout()
         sft = self.sft
         if not (0.0 <= sft.mistake_rate and 0.0 <= sft.invalid_rate and sft.mistake_rate + sft.invalid_rate < 1.0):
@@ -496,8 +493,11 @@ class TrainConfig:
                               f"got {self.algorithm.micro_batch_tokens}")
         return self
 
-    def _check_token_counts(self) -> None:
-        """Validates the generated-token budget and evaluation interval."""
+    def _check_counts(self) -> None:
+        """Validates the generated-token budget and the evaluation's interval and size."""
+        if self.eval.num_tasks < 1 or self.eval.k < 1:
+            raise ConfigError(f"eval.num_tasks and eval.k must be >= 1 (the run evaluates before and after RL), got "
+                              f"{self.eval.num_tasks} and {self.eval.k}")
         for key, value in (("train.max_generated_tokens", self.train.max_generated_tokens),
                            ("eval.every_generated_tokens", self.eval.every_generated_tokens)):
             if value is not None and value < 1:
