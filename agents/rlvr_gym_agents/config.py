@@ -185,8 +185,9 @@ class SFTConfig:
     """Extra training episodes rewritten from each demonstration: ``package.module:function`` called as
     ``function(observations, actions, rng)`` -> ``(observations, actions)``, the same episode as the env would show
     it for a task that differs only in what does not change the solution, e.g. ``rlvr_gym_web.desktop.widgets:
-    relabel_ids`` (the element ids renamed): a few costly episodes (a browser) give many, and the policy cannot
-    memorise what it must read from the page. None = off."""
+    relabel_ids`` (the element ids renamed) or ``relabel_task`` (record names, text values and ids renamed): a few
+    costly episodes (a browser) give many, and the policy cannot memorise what it must read from the page. None =
+    off."""
     variants_per_demo: int = 0
     """Variants of each demonstration trained on beside it (``demo_variants``), >= 0."""
     learning_rate: float = 2e-3

@@ -137,6 +137,35 @@ def test_admissible_actions_leave_out_the_commit() -> None:
 
 
 # -- in Chromium ------------------------------------------------------------------------------------------
+def test_relabel_task_renames_names_and_text_values_by_one_permutation_per_pool() -> None:
+    """``relabel_task`` by hand: a record name and a text value map through one permutation of their own pools, in
+    the goal, on the page and in the actions alike (a slip's name in swapped case too); words that only contain a
+    name or a value (``Label`` holds the value ``lab``), choice options and numbers that are not ids are kept."""
+    import random
+
+    observations = [("Goal: Edit the device Lamp: set Label to lab.\nPage:\n[12] button 'Edit Lamp'\n"
+                    "[13] button 'Edit Fan'"),
+                    ("Goal: Edit the device Lamp: set Label to lab.\nPage:\n  [20] textbox 'Label' value='hall'\n"
+                    "  [21] combobox 'Mode' value='eco'\nInvalid action: no element with id or name 'eDIT lAMP'; "
+                    "write e.g. click(\"12\")")]
+    actions = ['click("eDIT lAMP")', 'fill("Label", "lab")']
+    new_observations, new_actions = widgets.relabel_task(observations, actions, random.Random(3))
+    rng = random.Random(3)
+    names = widgets._renaming(rng)
+    ids = [str(i) for i in range(*widgets.ID_RANGE)]
+    renamed_ids = dict(zip(ids, rng.sample(ids, len(ids))))
+    lamp, fan, lab, hall = names["Lamp"], names["Fan"], names["lab"], names["hall"]
+    assert sorted(names[n] for n in ("Lamp", "Fan", "Heater", "Camera", "Speaker", "Router", "Clock")) == sorted(
+        ("Lamp", "Fan", "Heater", "Camera", "Speaker", "Router", "Clock"))
+    assert (lamp, fan) != ("Lamp", "Fan") and lab != "lab"  # this seed moves them
+    assert new_observations[0] == (f"Goal: Edit the device {lamp}: set Label to {lab}.\nPage:\n[{renamed_ids['12']}] "
+                                   f"button 'Edit {lamp}'\n[{renamed_ids['13']}] button 'Edit {fan}'")
+    assert new_observations[1].endswith(f"value='{hall}'\n  [{renamed_ids['21']}] combobox 'Mode' value='eco'\n"
+                                        f"Invalid action: no element with id or name 'eDIT {lamp.swapcase()}'; "
+                                        'write e.g. click("12")')
+    assert new_actions == [f'click("eDIT {lamp.swapcase()}")', f'fill("Label", "{lab}")']
+
+
 @pytest.mark.browser
 def test_suites_gold_succeeds_and_wrong_fails(warm_browser: BrowserHost) -> None:
     train, test = load_suite("web/widgets-train"), load_suite("web/widgets-test")
@@ -265,6 +294,56 @@ def test_relabelled_demonstrations_are_what_chromium_shows_for_the_renamed_task(
             assert new_actions[1].startswith("click(") or '("' not in new_actions[1]  # the slip kept its shape
         kept = ['Invalid action: no element with id \'9\' on the page', 'write e.g. click("12")', "value='4620'"]
         assert widgets.relabel_ids(kept, ['click("9")'], random.Random(0)) == (kept, ['click("9")'])
+    finally:
+        env.close()
+
+
+@pytest.mark.browser
+def test_renamed_demonstrations_are_what_chromium_shows_for_the_renamed_task(warm_browser: BrowserHost) -> None:
+    """``relabel_task`` (``sft.demo_variants``): an episode by name (``name_targets``) with a mistake, a slip and
+    the oracle's recovery, rewritten, is exactly the episode Chromium shows when the renamed actions are played on
+    the task whose record names, text values and ids are renamed by the same permutations; its reward is 1 again."""
+    import copy
+    import random
+    import re
+
+    from rlvr_gym import Task
+
+    rng = random.Random(5)  # the draws relabel_task makes from random.Random(5): names and values, then ids
+    names = widgets._renaming(rng)
+    ids = [str(i) for i in range(*widgets.ID_RANGE)]
+    renamed_ids = dict(zip(ids, rng.sample(ids, len(ids))))
+    env, changed = rlvr_gym.make(widgets.ENV_ID, name_targets=True), 0
+    try:
+        for task in widgets.generate_tasks(widgets.ENV_ID, "train", 8):
+            obs, info = env.reset(options={"task": task})
+            observations, actions = [obs], [info["admissible_actions"][-1], widgets.malformed_actions(env)[0]]
+            for action in actions:
+                observations.append(env.step(action).observation)
+            result = None
+            while result is None or not (result.terminated or result.truncated):
+                actions.append(env.unwrapped.oracle_action())
+                result = env.step(actions[-1])
+                observations.append(result.observation)
+            assert result.reward == 1.0
+            new_observations, new_actions = widgets.relabel_task(observations, actions, random.Random(5))
+            data = copy.deepcopy(task.data)
+            text_keys = {field["key"] for field in data["state"]["fields"] if field["type"] == "text"}
+            for record in data["state"]["records"] + data["expect"]["records"]:
+                record["name"] = names[record["name"]]
+                record["values"].update({k: names[v] for k, v in record["values"].items() if k in text_keys})
+            data["expect"]["target"] = names[data["expect"]["target"]]
+            data["instruction"] = re.sub(r"\b\w+\b", lambda m: names.get(m.group(0), m.group(0)), data["instruction"])
+            data["state"]["ids"] = {key: int(renamed_ids[str(value)]) for key, value in data["state"]["ids"].items()}
+            obs, _ = env.reset(options={"task": Task(id=task.id, env_id=task.env_id, data=data)})
+            replayed = [obs]
+            for action in new_actions:
+                result = env.step(action)
+                replayed.append(result.observation)
+            assert replayed == new_observations and new_observations != observations, task.id
+            assert result.reward == 1.0
+            changed += any(a != b for a, b in zip(actions, new_actions))
+        assert changed >= 6  # the actions name the renamed records and values (a name may map to itself)
     finally:
         env.close()
 
