@@ -155,8 +155,12 @@ def test_relabel_task_renames_names_and_text_values_by_one_permutation_per_pool(
     ids = [str(i) for i in range(*widgets.ID_RANGE)]
     renamed_ids = dict(zip(ids, rng.sample(ids, len(ids))))
     lamp, fan, lab, hall = names["Lamp"], names["Fan"], names["lab"], names["hall"]
-    assert sorted(names[n] for n in ("Lamp", "Fan", "Heater", "Camera", "Speaker", "Router", "Clock")) == sorted(
-        ("Lamp", "Fan", "Heater", "Camera", "Speaker", "Router", "Clock"))
+    pools = [theme.names for theme in widgets.THEMES] + [
+        values for theme in widgets.THEMES for _, _, kind, values in theme.fields if kind == "text"]
+    for pool in pools:  # each pool onto itself (a name never becomes another theme's or a value)
+        assert sorted(names[word] for word in pool) == sorted(pool)
+    for pool in pools[:len(widgets.THEMES)]:  # names in swapped case (the slips) too
+        assert sorted(names[word.swapcase()] for word in pool) == sorted(word.swapcase() for word in pool)
     assert (lamp, fan) != ("Lamp", "Fan") and lab != "lab"  # this seed moves them
     assert new_observations[0] == (f"Goal: Edit the device {lamp}: set Label to {lab}.\nPage:\n[{renamed_ids['12']}] "
                                    f"button 'Edit {lamp}'\n[{renamed_ids['13']}] button 'Edit {fan}'")
@@ -164,6 +168,28 @@ def test_relabel_task_renames_names_and_text_values_by_one_permutation_per_pool(
                                         f"Invalid action: no element with id or name 'eDIT {lamp.swapcase()}'; "
                                         'write e.g. click("12")')
     assert new_actions == [f'click("eDIT {lamp.swapcase()}")', f'fill("Label", "{lab}")']
+
+
+def test_renamed_words_appear_nowhere_else_on_a_widgets_page() -> None:
+    """``relabel_task`` renames whole words: no record name or text value may be (ignoring case, as the search box
+    does) another pool's word, a heading, noun, field label or choice option of any theme, or a string of the page's
+    own (button names, hints), or the rewrite would rename text that is not a name or a value."""
+    import re
+    from pathlib import Path
+
+    pools = [theme.names for theme in widgets.THEMES] + [
+        values for theme in widgets.THEMES for _, _, kind, values in theme.fields if kind == "text"]
+    renamed = [word.lower() for pool in pools for word in pool]
+    assert len(renamed) == len(set(renamed))
+    html = (Path(widgets.__file__).parent.parent / "apps" / "widgets.html").read_text(encoding="utf-8")
+    html = re.sub(r"records: \[.*?\]", "", html)  # the app's demo state (no task), which tasks replace
+    other = " ".join([theme.title + " " + theme.noun for theme in widgets.THEMES]
+                     + [label + " " + key + " " + (" ".join(values) if kind == "choice" else "")
+                        for theme in widgets.THEMES for key, label, kind, values in theme.fields]
+                     + re.findall(r"'([^']*)'", html) + list(widgets.COMMIT_BUTTONS))
+    words = {w.lower() for w in re.findall(r"[A-Za-z0-9]+", other)}
+    assert "cancel" in words and "next" in words and "family" in words  # the page's own strings were read
+    assert not words & set(renamed), words & set(renamed)
 
 
 @pytest.mark.browser
