@@ -155,8 +155,7 @@ def test_relabel_task_renames_names_and_text_values_by_one_permutation_per_pool(
     ids = [str(i) for i in range(*widgets.ID_RANGE)]
     renamed_ids = dict(zip(ids, rng.sample(ids, len(ids))))
     lamp, fan, lab, hall = names["Lamp"], names["Fan"], names["lab"], names["hall"]
-    pools = [theme.names for theme in widgets.THEMES] + [
-        values for theme in widgets.THEMES for _, _, kind, values in theme.fields if kind == "text"]
+    pools = widgets.RENAMED_POOLS
     for pool in pools:  # each pool onto itself (a name never becomes another theme's or a value)
         assert sorted(names[word] for word in pool) == sorted(pool)
     for pool in pools[:len(widgets.THEMES)]:  # names in swapped case (the slips) too
@@ -177,8 +176,7 @@ def test_renamed_words_appear_nowhere_else_on_a_widgets_page() -> None:
     import re
     from pathlib import Path
 
-    pools = [theme.names for theme in widgets.THEMES] + [
-        values for theme in widgets.THEMES for _, _, kind, values in theme.fields if kind == "text"]
+    pools = widgets.RENAMED_POOLS
     renamed = [word.lower() for pool in pools for word in pool]
     assert len(renamed) == len(set(renamed))
     html = (Path(widgets.__file__).parent.parent / "apps" / "widgets.html").read_text(encoding="utf-8")
@@ -286,6 +284,22 @@ def test_a_reused_page_shows_what_a_fresh_context_shows_and_hides_the_last_episo
         fresh.close()
 
 
+def _mistake_slip_and_recovery(env: rlvr_gym.Env, task: rlvr_gym.Task, slip: int) -> tuple[list[str], list[str]]:
+    """One episode of ``task``: the last admissible action (a mistake), the ``slip``-th malformed action, then the
+    oracle to the end, which must succeed; its observations and actions."""
+    obs, info = env.reset(options={"task": task})
+    observations, actions = [obs], [info["admissible_actions"][-1], widgets.malformed_actions(env)[slip]]
+    for action in actions:
+        observations.append(env.step(action).observation)
+    result = None
+    while result is None or not (result.terminated or result.truncated):
+        actions.append(env.unwrapped.oracle_action())
+        result = env.step(actions[-1])
+        observations.append(result.observation)
+    assert result.reward == 1.0
+    return observations, actions
+
+
 @pytest.mark.browser
 def test_relabelled_demonstrations_are_what_chromium_shows_for_the_renamed_task(warm_browser: BrowserHost) -> None:
     """``relabel_ids`` (``sft.demo_variants``): an episode with a mistake, a slip and the oracle's recovery,
@@ -299,16 +313,7 @@ def test_relabelled_demonstrations_are_what_chromium_shows_for_the_renamed_task(
     env = rlvr_gym.make(widgets.ENV_ID)
     try:
         for task in widgets.generate_tasks(widgets.ENV_ID, "train", 4):  # one per layout
-            obs, info = env.reset(options={"task": task})
-            observations, actions = [obs], [info["admissible_actions"][-1], widgets.malformed_actions(env)[2]]
-            for action in actions:
-                observations.append(env.step(action).observation)
-            result = None
-            while result is None or not (result.terminated or result.truncated):
-                actions.append(env.unwrapped.oracle_action())
-                result = env.step(actions[-1])
-                observations.append(result.observation)
-            assert result.reward == 1.0
+            observations, actions = _mistake_slip_and_recovery(env, task, slip=2)
             new_observations, new_actions = widgets.relabel_ids(observations, actions, random.Random(5))
             ids = [str(i) for i in range(*widgets.ID_RANGE)]
             renamed = dict(zip(ids, random.Random(5).sample(ids, len(ids))))
@@ -342,16 +347,7 @@ def test_renamed_demonstrations_are_what_chromium_shows_for_the_renamed_task(war
     env, changed = rlvr_gym.make(widgets.ENV_ID, name_targets=True), 0
     try:
         for task in widgets.generate_tasks(widgets.ENV_ID, "train", 8):
-            obs, info = env.reset(options={"task": task})
-            observations, actions = [obs], [info["admissible_actions"][-1], widgets.malformed_actions(env)[0]]
-            for action in actions:
-                observations.append(env.step(action).observation)
-            result = None
-            while result is None or not (result.terminated or result.truncated):
-                actions.append(env.unwrapped.oracle_action())
-                result = env.step(actions[-1])
-                observations.append(result.observation)
-            assert result.reward == 1.0
+            observations, actions = _mistake_slip_and_recovery(env, task, slip=0)
             new_observations, new_actions = widgets.relabel_task(observations, actions, random.Random(5))
             data = copy.deepcopy(task.data)
             text_keys = {field["key"] for field in data["state"]["fields"] if field["type"] == "text"}

@@ -377,28 +377,36 @@ def relabel_ids(observations: list[str], actions: list[str], rng: random.Random)
             [_ACTION_ID.sub(lambda m: m.group(1) + renamed[m.group(2)], text) for text in actions])
 
 
+RENAMED_POOLS: tuple[tuple[str, ...], ...] = tuple(theme.names for theme in THEMES) + tuple(
+    values for theme in THEMES for _, _, kind, values in theme.fields if kind == "text")
+"""What :func:`relabel_task` permutes: each theme's record names (the first ``len(THEMES)`` pools), then each text
+field's values."""
+
+
 def _renaming(rng: random.Random) -> dict[str, str]:
-    """One random permutation of each theme's record names and of each text field's values, as ``{old: new}``;
-    a name in swapped case (a demonstration slip's) maps to the new name in swapped case."""
+    """One random permutation of each pool of :data:`RENAMED_POOLS`, as ``{old: new}``; a record name in swapped
+    case (a demonstration slip's) maps to the new name in swapped case."""
     renamed: dict[str, str] = {}
-    for theme in THEMES:
-        pools = [theme.names] + [values for _, _, kind, values in theme.fields if kind == "text"]
-        for pool in pools:
-            renamed.update(zip(pool, rng.sample(pool, len(pool))))
-        renamed.update({old.swapcase(): new.swapcase() for old, new in zip(theme.names, map(renamed.get, theme.names))
-                        if new is not None})
+    for i, pool in enumerate(RENAMED_POOLS):
+        shuffled = rng.sample(pool, len(pool))
+        renamed.update(zip(pool, shuffled))
+        if i < len(THEMES):
+            renamed.update(zip((w.swapcase() for w in pool), (w.swapcase() for w in shuffled)))
     return renamed
+
+
+_RENAMED_WORD = re.compile(r"\b(" + "|".join(sorted(map(re.escape, _renaming(random.Random(0))), key=len,
+                                                     reverse=True)) + r")\b")
+"""A whole word :func:`_renaming` renames (its keys do not depend on the draw); longest first."""
 
 
 def relabel_task(observations: list[str], actions: list[str], rng: random.Random) -> tuple[list[str], list[str]]:
     """The same episode on a task whose record names, text-field values and element ids are renamed
-    (``sft.demo_variants``): one random permutation of each theme's record names and of each text field's pool of
-    values (``Ivy`` <-> ``Bob``, ``2041`` <-> ``6895``), then :func:`relabel_ids`. The renamed task is one the
-    generator can draw (names and values come from the same pools, and the page orders records as the task lists
-    them, never by name), so the episode is what Chromium shows for it; its solution is the same actions with the
-    same renaming. Without it, a tiny policy trained on a few hundred demonstrations learns which names its training
-    tasks used instead of copying the goal's name: the renaming leaves copying as the only rule that fits.
-    Choice options are kept: the page lists them in the theme's order.
+    (``sft.demo_variants``): one random permutation of each pool of :data:`RENAMED_POOLS` (``Ivy`` <-> ``Bob``,
+    ``2041`` <-> ``6895``), then :func:`relabel_ids`. The renamed task is one the generator can draw (names and values
+    come from the same pools, and the page orders records as the task lists them, never by name), so the episode is
+    what Chromium shows for it; its solution is the same actions with the same renaming. Choice options are kept:
+    the page lists them in the theme's order.
 
     Args:
         observations: the episode's observations, in order.
@@ -409,9 +417,8 @@ def relabel_task(observations: list[str], actions: list[str], rng: random.Random
         ``(observations, actions)`` renamed, of the same lengths.
     """
     renamed = _renaming(rng)
-    word = re.compile(r"\b(" + "|".join(sorted(map(re.escape, renamed), key=len, reverse=True)) + r")\b")
-    observations = [word.sub(lambda m: renamed[m.group(1)], text) for text in observations]
-    actions = [word.sub(lambda m: renamed[m.group(1)], text) for text in actions]
+    observations = [_RENAMED_WORD.sub(lambda m: renamed[m.group(1)], text) for text in observations]
+    actions = [_RENAMED_WORD.sub(lambda m: renamed[m.group(1)], text) for text in actions]
     return relabel_ids(observations, actions, rng)
 
 
