@@ -12,7 +12,11 @@ import dataclasses
 import functools
 import json
 import os
+import re
+import shutil
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +27,7 @@ import torch
 from agent_helpers import collect_rollouts
 from rlvr_gym_agents.cli import train_main
 from rlvr_gym_agents.cluster import LearnerGroup, shard_rows
+from rlvr_gym_agents.cluster.learner import fault_summary
 from rlvr_gym_agents.cluster.sync import resolve_backend
 from rlvr_gym_agents.config import TrainConfig
 from rlvr_gym_agents.policy import SamplingParams
@@ -308,6 +313,59 @@ def test_a_rank_that_raises_while_its_peer_waits_in_a_collective_ends_the_group_
     with pytest.raises(TrainingError, match=rf"learner rank {failing} failed during update 1: .*per-token advantages"):
         learners.update(rows, advantages)
     _wait_until_gone(pids)  # both ranks, the waiting one included
+
+
+@pytest.mark.parametrize("death", ["segmentation fault", "SIGKILL"])
+def test_a_dead_rank_is_named_with_how_its_process_ended(ray_session: None, tiny_model_dir: Path,
+                                                         death: str) -> None:
+    """A rank that dies of a fatal signal is named with the fault handler's error and innermost frames, and the file
+    with every thread's stack outlives the group; one killed outright (SIGKILL: the out-of-memory killer) leaves no
+    fault, and the error says so."""
+    from rlvr_gym_agents.train import TrainingError
+
+    config = _config(tiny_model_dir)
+    with LearnerGroup(1, functools.partial(trainable_model, config, str(tiny_model_dir)),
+                      functools.partial(build_optimizer, config), update_config(config), 0,
+                      start_timeout_s=600) as learners:  # closed by the error; by the with if the test fails first
+        pid = learners.pids()[0]
+        if death == "SIGKILL":
+            os.kill(pid, signal.SIGKILL)
+            expected = (r"learner rank 0 died during counting the parameters \(its process ended without a fatal "
+                        r"signal: killed \(SIGKILL\)")
+        else:
+            # a lambda travels by value (the rank cannot import this test module): it reads address 0, a SIGSEGV
+            learners.ranks[0].__ray_call__.remote(lambda rank: __import__("ctypes").string_at(0))
+            expected = (r"learner rank 0 died during counting the parameters \(its process ended: Fatal Python error: "
+                        r"Segmentation fault, in string_at \(ctypes/__init__.py:\d+\) < <lambda> \(rlvr_gym_agents/"
+                        r"test_cluster_learner.py:\d+\) < .*; every thread's stack: (\S+)\)")
+        with pytest.raises(TrainingError, match=expected) as raised:
+            learners.held_numel()
+    _wait_until_gone([pid])
+    fault_dir = Path(learners._fault_dir)
+    if death == "SIGKILL":
+        assert not fault_dir.exists()  # nothing recorded, nothing kept
+    else:
+        stack = Path(re.search(expected, str(raised.value)).group(1))  # type: ignore[union-attr]
+        assert stack.parent == fault_dir and "Current thread" in stack.read_text(encoding="utf-8")
+        shutil.rmtree(fault_dir)
+
+
+def test_fault_summary_reads_the_fault_handlers_report() -> None:
+    program = "import ctypes, faulthandler\nfaulthandler.enable(all_threads=True)\n" \
+              "def read_null():\n    ctypes.string_at(0)\nread_null()\n"
+    crashed = subprocess.run([sys.executable, "-c", program], check=False, capture_output=True, text=True, timeout=60)
+    assert crashed.returncode == -signal.SIGSEGV
+    assert re.fullmatch(r"Fatal Python error: Segmentation fault, in string_at \(ctypes/__init__.py:\d+\) < "
+                        r"read_null \(<string>:4\) < <module> \(<string>:5\)", fault_summary(crashed.stderr) or "")
+    # the report's shape, by hand: another thread first, then the one that crashed
+    report = ('Fatal Python error: Aborted\n\nThread 0x00007f01 (most recent call first):\n  File "/a/b/idle.py", '
+              'line 7 in wait\n\nCurrent thread 0x00007f02 (most recent call first):\n  File "/x/y/z/gloo.py", line '
+              '31 in all_gather\n  File "/x/y/learner.py", line 250 in optimizer_state\n\nExtension modules: torch\n')
+    assert fault_summary(report) == ("Fatal Python error: Aborted, in all_gather (z/gloo.py:31) < optimizer_state "
+                                     "(y/learner.py:250)")
+    assert fault_summary(report, frames=1) == "Fatal Python error: Aborted, in all_gather (z/gloo.py:31)"
+    assert fault_summary("Fatal Python error: Bus error\n") == "Fatal Python error: Bus error"
+    assert fault_summary("") is None
 
 
 def test_shard_rows_keeps_prompt_groups_together_and_balances_tokens() -> None:

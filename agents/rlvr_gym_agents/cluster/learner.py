@@ -24,7 +24,9 @@
   resumed run hands the checkpoint's weights and optimizer state to every rank at start;
 - **faults**: a rank whose process dies (or a rank that raises) during an update ends the group: every actor is
   killed, the placement group removed, Ray shut down if the group started it, and
-  :class:`~rlvr_gym_agents.train.TrainingError` names the rank and says how to resume.
+  :class:`~rlvr_gym_agents.train.TrainingError` names the rank, how its process ended (each rank's
+  :mod:`faulthandler` writes to a file of the group: a fatal signal is named with the innermost frames and the file
+  with every thread's stack is kept; no report means a SIGKILL, most often the out-of-memory killer) and how to resume.
 
 How the ranks sum their gradients (``ddp``: one all_reduce per optimizer step) or shard the model (``fsdp2``), and
 why not DDP's reducer: :mod:`rlvr_gym_agents.cluster.sync`.
@@ -42,8 +44,11 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import faulthandler
 import os
+import shutil
 import socket
+import tempfile
 from collections.abc import Callable
 from typing import Any, Self
 
@@ -110,11 +115,19 @@ class LearnerRank:
         model_factory / optimizer_factory / reference_factory: see :class:`LearnerGroup`.
         num_threads: torch CPU threads of this process.
         strategy: ``ddp`` (a whole replica) or ``fsdp2`` (sharded when the rank joins the group).
+        fault_file: where Python's fault handler writes every thread's stack if this process dies of a fatal signal
+            (segmentation fault, abort, bus or floating-point error); None: Ray's worker log. Skipped when the file
+            cannot be created (a rank on another node than the group's owner).
     """
 
     def __init__(self, rank: int, world_size: int, model_factory: ModelFactory,
                  optimizer_factory: OptimizerFactory, reference_factory: ReferenceFactory | None,
-                 num_threads: int, strategy: str = "ddp") -> None:
+                 num_threads: int, strategy: str = "ddp", fault_file: str | None = None) -> None:
+        self._fault_log = None
+        if fault_file is not None:
+            with contextlib.suppress(OSError):
+                self._fault_log = open(fault_file, "w", encoding="utf-8")  # noqa: SIM115 (open while the process lives)
+                faulthandler.enable(self._fault_log, all_threads=True)
         torch.set_num_threads(max(1, num_threads))
         self.rank, self.world_size, self.strategy = rank, world_size, strategy
         self.model_factory, self.optimizer_factory = model_factory, optimizer_factory
@@ -320,6 +333,7 @@ class LearnerGroup:
         self.mirror, self.mirror_optimizer = mirror, mirror_optimizer
         self.version = 0
         self._closed = False
+        self._fault_dir = tempfile.mkdtemp(prefix="rlvr-gym-learners-")  # one fault-handler file per rank
         num_gpus = 1 if torch.device(device).type == "cuda" else 0
         if num_cpus_per_rank is None:
             num_cpus_per_rank = 1.0 if ray_address else min(1.0, (os.cpu_count() or 1) / (2 * num_ranks))
@@ -341,7 +355,8 @@ class LearnerGroup:
             self.ranks = [actor.options(
                 num_cpus=num_cpus_per_rank, num_gpus=num_gpus, max_restarts=0,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(self._placement, placement_group_bundle_index=i),
-            ).remote(i, num_ranks, model_factory, optimizer_factory, reference_factory, threads_per_rank, strategy)
+            ).remote(i, num_ranks, model_factory, optimizer_factory, reference_factory, threads_per_rank, strategy,
+                      self._fault_file(i))
                 for i in range(num_ranks)]
             host, port = self._gather([self.ranks[0].rendezvous.remote()], "the rendezvous", start_timeout_s)[0]
             nodes = self._gather([rank.node_id.remote() for rank in self.ranks], "start", start_timeout_s)
@@ -430,6 +445,9 @@ class LearnerGroup:
             remove_placement_group(self._placement)
         if self._started_ray:
             ray.shutdown()
+        if not any(os.path.getsize(self._fault_file(i)) for i in range(self.num_ranks)
+                   if os.path.exists(self._fault_file(i))):
+            shutil.rmtree(self._fault_dir, ignore_errors=True)  # kept when a rank recorded a fault: the error names it
 
     def __enter__(self) -> Self:
         return self
@@ -473,20 +491,57 @@ class LearnerGroup:
                     died.add(index[ref])
                 except ray.exceptions.RayTaskError:  # a peer's error; the dead rank is the news
                     continue
+        how = "; ".join(f"rank {rank}: {self._death(rank)}" if len(died) > 1 else self._death(rank)
+                        for rank in sorted(died))  # read before close() removes the empty files
         self.close()
         if died:
             ranks = ", ".join(str(rank) for rank in sorted(died))
-            cause = f"learner rank {ranks} died during {what} (its process ended: killed, or out of memory)"
+            cause = f"learner rank {ranks} died during {what} ({how})"
         else:
             cause = f"learner rank {index[first]} failed during {what}: {str(error).strip().splitlines()[-1][:400]}"
         return self._error(f"{cause}; the learner group was shut down. Rerun the same command with the same "
                            f"output.dir (train.resume=true, the default) to resume from the last checkpoint")
+
+    def _fault_file(self, rank: int) -> str:
+        return os.path.join(self._fault_dir, f"rank{rank}.log")
+
+    def _death(self, rank: int) -> str:
+        """How rank ``rank``'s process ended, from its fault-handler file (:func:`fault_summary`)."""
+        path = self._fault_file(rank)
+        if not os.path.exists(path):  # a rank on another node: its file is there
+            return "its process ended: killed, out of memory or a fatal signal; see its Ray worker log"
+        with open(path, encoding="utf-8", errors="replace") as report:
+            summary = fault_summary(report.read())
+        if summary is None:
+            return ("its process ended without a fatal signal: killed (SIGKILL), most likely by the out-of-memory "
+                    "killer or from outside")
+        return f"its process ended: {summary}; every thread's stack: {path}"
 
     @staticmethod
     def _error(message: str) -> Exception:
         from rlvr_gym_agents.train import TrainingError
 
         return TrainingError(message)
+
+
+def fault_summary(report: str, frames: int = 3) -> str | None:
+    """One line from a report of Python's :mod:`faulthandler`: the fatal error and the innermost ``frames`` frames of
+    the thread that crashed, e.g. ``Fatal Python error: Segmentation fault, in string_at (ctypes/__init__.py:519) <
+    crash (test_x.py:12)``; None for an empty report (no fatal signal was caught: a SIGKILL leaves none)."""
+    lines = report.splitlines()
+    error = next((line.strip() for line in lines if line.startswith("Fatal Python error")), None)
+    if error is None:
+        return None
+    start = next((i for i, line in enumerate(lines) if line.startswith("Current thread")), len(lines))
+    where = []
+    for line in lines[start + 1:start + 1 + frames]:
+        parsed = line.strip().removeprefix("File ").split(", line ")
+        if len(parsed) != 2 or " in " not in parsed[1]:
+            break
+        number, function = parsed[1].split(" in ", 1)
+        path = parsed[0].strip('"').split("/")
+        where.append(f"{function} ({'/'.join(path[-2:])}:{number})")
+    return f"{error}, in {' < '.join(where)}" if where else error
 
 
 def _state_by_name(state: dict[str, Any], names: list[str]) -> dict[str, Any]:
