@@ -17,6 +17,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -320,7 +321,7 @@ def test_a_dead_rank_is_named_with_how_its_process_ended(ray_session: None, tiny
                                                          death: str) -> None:
     """A rank that dies of a fatal signal is named with the fault handler's error and innermost frames, and the file
     with every thread's stack outlives the group; one killed outright (SIGKILL: the out-of-memory killer) leaves no
-    fault, and the error says so."""
+    report, and the error says so with Ray's exit type."""
     from rlvr_gym_agents.train import TrainingError
 
     config = _config(tiny_model_dir)
@@ -330,8 +331,8 @@ def test_a_dead_rank_is_named_with_how_its_process_ended(ray_session: None, tiny
         pid = learners.pids()[0]
         if death == "SIGKILL":
             os.kill(pid, signal.SIGKILL)
-            expected = (r"learner rank 0 died during counting the parameters \(its process ended without a fatal "
-                        r"signal: killed \(SIGKILL\)")
+            expected = (r"learner rank 0 died during counting the parameters \(its process ended with no fault "
+                        r"report: a signal the fault handler does not catch \(SIGKILL, .*; Ray: SYSTEM_ERROR\)")
         else:
             # a lambda travels by value (the rank cannot import this test module): it reads address 0, a SIGSEGV
             learners.ranks[0].__ray_call__.remote(lambda rank: __import__("ctypes").string_at(0))
@@ -350,6 +351,17 @@ def test_a_dead_rank_is_named_with_how_its_process_ended(ray_session: None, tiny
         shutil.rmtree(fault_dir)
 
 
+def test_a_rank_whose_constructor_raises_is_named_with_its_error(ray_session: None, tiny_model_dir: Path) -> None:
+    from rlvr_gym_agents.train import TrainingError
+
+    config = _config(tiny_model_dir)
+    before = set(Path(tempfile.gettempdir()).glob("rlvr-gym-learners-*"))
+    with pytest.raises(TrainingError, match=r"learner rank 0 failed while starting: .*no-such-model"):
+        LearnerGroup(1, functools.partial(trainable_model, config, str(tiny_model_dir / "no-such-model")),
+                     functools.partial(build_optimizer, config), update_config(config), 0, start_timeout_s=600)
+    assert set(Path(tempfile.gettempdir()).glob("rlvr-gym-learners-*")) == before  # its empty fault files removed
+
+
 def test_fault_summary_reads_the_fault_handlers_report() -> None:
     program = "import ctypes, faulthandler\nfaulthandler.enable(all_threads=True)\n" \
               "def read_null():\n    ctypes.string_at(0)\nread_null()\n"
@@ -365,6 +377,12 @@ def test_fault_summary_reads_the_fault_handlers_report() -> None:
                                      "(y/learner.py:250)")
     assert fault_summary(report, frames=1) == "Fatal Python error: Aborted, in all_gather (z/gloo.py:31)"
     assert fault_summary("Fatal Python error: Bus error\n") == "Fatal Python error: Bus error"
+    # a crash while collecting garbage (a line that is no frame), a Windows path, a path holding ", line "
+    report = ('Fatal Python error: Segmentation fault\n\nCurrent thread 0x1 (most recent call first):\n'
+              '  Garbage-collecting\n  File "C:\\env\\torch\\tensor.py", line 3 in __del__\n'
+              '  File "/srv/a, line 2 in b/gc.py", line 9 in collect\n\n')
+    assert fault_summary(report) == ("Fatal Python error: Segmentation fault, in __del__ (torch/tensor.py:3) < "
+                                     "collect (a, line 2 in b/gc.py:9)")
     assert fault_summary("") is None
 
 

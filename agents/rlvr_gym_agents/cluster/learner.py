@@ -26,7 +26,9 @@
   killed, the placement group removed, Ray shut down if the group started it, and
   :class:`~rlvr_gym_agents.train.TrainingError` names the rank, how its process ended (each rank's
   :mod:`faulthandler` writes to a file of the group: a fatal signal is named with the innermost frames and the file
-  with every thread's stack is kept; no report means a SIGKILL, most often the out-of-memory killer) and how to resume.
+  with every thread's stack is kept; an empty report means a signal it does not catch, most often the out-of-memory
+  killer's SIGKILL, an exit or a Python fatal error) and how to resume; a rank whose constructor raised is named
+  with its error.
 
 How the ranks sum their gradients (``ddp``: one all_reduce per optimizer step) or shard the model (``fsdp2``), and
 why not DDP's reducer: :mod:`rlvr_gym_agents.cluster.sync`.
@@ -45,7 +47,9 @@ from __future__ import annotations
 import contextlib
 import datetime
 import faulthandler
+import logging
 import os
+import re
 import shutil
 import socket
 import tempfile
@@ -333,7 +337,7 @@ class LearnerGroup:
         self.mirror, self.mirror_optimizer = mirror, mirror_optimizer
         self.version = 0
         self._closed = False
-        self._fault_dir = tempfile.mkdtemp(prefix="rlvr-gym-learners-")  # one fault-handler file per rank
+        self._fault_dir: str | None = None  # one fault-handler file per rank, made when the ranks start
         num_gpus = 1 if torch.device(device).type == "cuda" else 0
         if num_cpus_per_rank is None:
             num_cpus_per_rank = 1.0 if ray_address else min(1.0, (os.cpu_count() or 1) / (2 * num_ranks))
@@ -351,6 +355,7 @@ class LearnerGroup:
                 raise self._error(f"the placement group of {num_ranks} learner bundles {bundle} was not scheduled "
                                   f"within {start_timeout_s:g} s; Ray has {ray.available_resources()} free. Lower "
                                   f"cluster.learners or add resources")
+            self._fault_dir = tempfile.mkdtemp(prefix="rlvr-gym-learners-")
             actor = ray.remote(LearnerRank)
             self.ranks = [actor.options(
                 num_cpus=num_cpus_per_rank, num_gpus=num_gpus, max_restarts=0,
@@ -445,9 +450,14 @@ class LearnerGroup:
             remove_placement_group(self._placement)
         if self._started_ray:
             ray.shutdown()
-        if not any(os.path.getsize(self._fault_file(i)) for i in range(self.num_ranks)
-                   if os.path.exists(self._fault_file(i))):
-            shutil.rmtree(self._fault_dir, ignore_errors=True)  # kept when a rank recorded a fault: the error names it
+        if self._fault_dir is None:
+            return
+        faults = [path for path in map(self._fault_file, range(self.num_ranks))
+                  if os.path.exists(path) and os.path.getsize(path)]
+        if faults:  # kept, and said, whether or not an error named them (a peer may crash after the first death)
+            logging.getLogger(__name__).warning("learner ranks wrote fault reports: %s", ", ".join(faults))
+        else:
+            shutil.rmtree(self._fault_dir, ignore_errors=True)
 
     def __enter__(self) -> Self:
         return self
@@ -481,6 +491,9 @@ class LearnerGroup:
         raises may only have lost its peer, so the others get a few seconds to report first)."""
         import ray
 
+        if getattr(error, "actor_init_failed", False):  # the rank's constructor raised: no process died
+            self.close()
+            return self._error(f"learner rank {index[first]} failed while starting: {_last_line(error)}")
         died = {index[first]} if isinstance(error, ray.exceptions.RayActorError) else set()
         if not died and pending:
             done, _ = ray.wait(pending, num_returns=len(pending), timeout=10)
@@ -491,31 +504,33 @@ class LearnerGroup:
                     died.add(index[ref])
                 except ray.exceptions.RayTaskError:  # a peer's error; the dead rank is the news
                     continue
-        how = "; ".join(f"rank {rank}: {self._death(rank)}" if len(died) > 1 else self._death(rank)
+        how = "; ".join(f"rank {rank}: {self._death(rank, error)}" if len(died) > 1 else self._death(rank, error)
                         for rank in sorted(died))  # read before close() removes the empty files
         self.close()
         if died:
             ranks = ", ".join(str(rank) for rank in sorted(died))
             cause = f"learner rank {ranks} died during {what} ({how})"
         else:
-            cause = f"learner rank {index[first]} failed during {what}: {str(error).strip().splitlines()[-1][:400]}"
+            cause = f"learner rank {index[first]} failed during {what}: {_last_line(error)}"
         return self._error(f"{cause}; the learner group was shut down. Rerun the same command with the same "
                            f"output.dir (train.resume=true, the default) to resume from the last checkpoint")
 
     def _fault_file(self, rank: int) -> str:
-        return os.path.join(self._fault_dir, f"rank{rank}.log")
+        return os.path.join(self._fault_dir or "", f"rank{rank}.log")
 
-    def _death(self, rank: int) -> str:
-        """How rank ``rank``'s process ended, from its fault-handler file (:func:`fault_summary`)."""
+    def _death(self, rank: int, error: Exception) -> str:
+        """How rank ``rank``'s process ended: its fault-handler file (:func:`fault_summary`), else Ray's exit type."""
         path = self._fault_file(rank)
-        if not os.path.exists(path):  # a rank on another node: its file is there
-            return "its process ended: killed, out of memory or a fatal signal; see its Ray worker log"
-        with open(path, encoding="utf-8", errors="replace") as report:
-            summary = fault_summary(report.read())
-        if summary is None:
-            return ("its process ended without a fatal signal: killed (SIGKILL), most likely by the out-of-memory "
-                    "killer or from outside")
-        return f"its process ended: {summary}; every thread's stack: {path}"
+        summary = None
+        if self._fault_dir is not None and os.path.exists(path):  # else: on another node, or it never started
+            with open(path, encoding="utf-8", errors="replace") as report:
+                summary = fault_summary(report.read())
+        if summary is not None:
+            return f"its process ended: {summary}; every thread's stack: {path}"
+        exit_type = re.search(r"Worker exit type: (\w+)", str(error))
+        ray_says = f"; Ray: {exit_type.group(1)}" if exit_type else ""
+        return ("its process ended with no fault report: a signal the fault handler does not catch (SIGKILL, most "
+                f"often the out-of-memory killer), an exit or a Python fatal error; see its Ray worker log{ray_says}")
 
     @staticmethod
     def _error(message: str) -> Exception:
@@ -527,21 +542,32 @@ class LearnerGroup:
 def fault_summary(report: str, frames: int = 3) -> str | None:
     """One line from a report of Python's :mod:`faulthandler`: the fatal error and the innermost ``frames`` frames of
     the thread that crashed, e.g. ``Fatal Python error: Segmentation fault, in string_at (ctypes/__init__.py:519) <
-    crash (test_x.py:12)``; None for an empty report (no fatal signal was caught: a SIGKILL leaves none)."""
+    crash (test_x.py:12)``; None when the report names no fatal error (an empty file: faulthandler caught nothing;
+    a SIGKILL, an exit or ``Py_FatalError`` leaves it empty)."""
     lines = report.splitlines()
     error = next((line.strip() for line in lines if line.startswith("Fatal Python error")), None)
     if error is None:
         return None
     start = next((i for i, line in enumerate(lines) if line.startswith("Current thread")), len(lines))
-    where = []
-    for line in lines[start + 1:start + 1 + frames]:
-        parsed = line.strip().removeprefix("File ").split(", line ")
-        if len(parsed) != 2 or " in " not in parsed[1]:
+    where: list[str] = []
+    for line in lines[start + 1:]:
+        if not line.strip() or len(where) == frames:  # a blank line ends the thread's block
             break
-        number, function = parsed[1].split(" in ", 1)
-        path = parsed[0].strip('"').split("/")
-        where.append(f"{function} ({'/'.join(path[-2:])}:{number})")
+        frame = _FRAME.fullmatch(line)
+        if frame is not None:  # other lines: "  Garbage-collecting", "  <no Python frame>"
+            path, number, function = frame.groups()
+            short = "/".join(re.split(r"[\\/]", path)[-2:])  # POSIX or Windows separators
+            where.append(f"{function} ({short}:{number})")
     return f"{error}, in {' < '.join(where)}" if where else error
+
+
+_FRAME = re.compile(r'\s+File "(.*)", line (\S+) in (.*)')
+"""One frame of a :mod:`faulthandler` report (the path may itself hold ``", line "``: the match is greedy)."""
+
+
+def _last_line(error: Exception) -> str:
+    """The last line of a Ray error's text (the exception the rank raised), at most 400 characters."""
+    return str(error).strip().splitlines()[-1][:400]
 
 
 def _state_by_name(state: dict[str, Any], names: list[str]) -> dict[str, Any]:
