@@ -28,7 +28,7 @@ import torch
 from agent_helpers import collect_rollouts
 from rlvr_gym_agents.cli import train_main
 from rlvr_gym_agents.cluster import LearnerGroup, shard_rows
-from rlvr_gym_agents.cluster.learner import fault_summary
+from rlvr_gym_agents.cluster.faults import fault_summary
 from rlvr_gym_agents.cluster.sync import resolve_backend
 from rlvr_gym_agents.config import TrainConfig
 from rlvr_gym_agents.policy import SamplingParams

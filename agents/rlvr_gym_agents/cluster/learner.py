@@ -49,7 +49,6 @@ import datetime
 import faulthandler
 import logging
 import os
-import re
 import shutil
 import socket
 import tempfile
@@ -59,6 +58,7 @@ from typing import Any, Self
 import torch
 
 from rlvr_gym.workers import ensure_ray
+from rlvr_gym_agents.cluster.faults import describe_death
 from rlvr_gym_agents.cluster.sync import (
     STRATEGIES,
     FullyShardedSync,
@@ -504,8 +504,9 @@ class LearnerGroup:
                     died.add(index[ref])
                 except ray.exceptions.RayTaskError:  # a peer's error; the dead rank is the news
                     continue
-        how = "; ".join(f"rank {rank}: {self._death(rank, error)}" if len(died) > 1 else self._death(rank, error)
-                        for rank in sorted(died))  # read before close() removes the empty files
+        how = "; ".join(("" if len(died) == 1 else f"rank {rank}: ")  # read before close() removes empty reports
+                        + describe_death(self._fault_file(rank) if self._fault_dir else None, error)
+                        for rank in sorted(died))
         self.close()
         if died:
             ranks = ", ".join(str(rank) for rank in sorted(died))
@@ -518,51 +519,11 @@ class LearnerGroup:
     def _fault_file(self, rank: int) -> str:
         return os.path.join(self._fault_dir or "", f"rank{rank}.log")
 
-    def _death(self, rank: int, error: Exception) -> str:
-        """How rank ``rank``'s process ended: its fault-handler file (:func:`fault_summary`), else Ray's exit type."""
-        path = self._fault_file(rank)
-        summary = None
-        if self._fault_dir is not None and os.path.exists(path):  # else: on another node, or it never started
-            with open(path, encoding="utf-8", errors="replace") as report:
-                summary = fault_summary(report.read())
-        if summary is not None:
-            return f"its process ended: {summary}; every thread's stack: {path}"
-        exit_type = re.search(r"Worker exit type: (\w+)", str(error))
-        ray_says = f"; Ray: {exit_type.group(1)}" if exit_type else ""
-        return ("its process ended with no fault report: a signal the fault handler does not catch (SIGKILL, most "
-                f"often the out-of-memory killer), an exit or a Python fatal error; see its Ray worker log{ray_says}")
-
     @staticmethod
     def _error(message: str) -> Exception:
         from rlvr_gym_agents.train import TrainingError
 
         return TrainingError(message)
-
-
-def fault_summary(report: str, frames: int = 3) -> str | None:
-    """One line from a report of Python's :mod:`faulthandler`: the fatal error and the innermost ``frames`` frames of
-    the thread that crashed, e.g. ``Fatal Python error: Segmentation fault, in string_at (ctypes/__init__.py:519) <
-    crash (test_x.py:12)``; None when the report names no fatal error (an empty file: faulthandler caught nothing;
-    a SIGKILL, an exit or ``Py_FatalError`` leaves it empty)."""
-    lines = report.splitlines()
-    error = next((line.strip() for line in lines if line.startswith("Fatal Python error")), None)
-    if error is None:
-        return None
-    start = next((i for i, line in enumerate(lines) if line.startswith("Current thread")), len(lines))
-    where: list[str] = []
-    for line in lines[start + 1:]:
-        if not line.strip() or len(where) == frames:  # a blank line ends the thread's block
-            break
-        frame = _FRAME.fullmatch(line)
-        if frame is not None:  # other lines: "  Garbage-collecting", "  <no Python frame>"
-            path, number, function = frame.groups()
-            short = "/".join(re.split(r"[\\/]", path)[-2:])  # POSIX or Windows separators
-            where.append(f"{function} ({short}:{number})")
-    return f"{error}, in {' < '.join(where)}" if where else error
-
-
-_FRAME = re.compile(r'\s+File "(.*)", line (\S+) in (.*)')
-"""One frame of a :mod:`faulthandler` report (the path may itself hold ``", line "``: the match is greedy)."""
 
 
 def _last_line(error: Exception) -> str:
