@@ -2,9 +2,10 @@
 
 Run: ``python benchmarks/widgets_env.py [--episodes 40] [--corpus 200] [--pages 64]``
 
-* Time: one env on a warm browser (``reuse_page``: one page, each reset loads the task's page again, as the
-  trainer does), the oracle's actions on the first ``--episodes`` tasks of ``web/widgets-test``; reset and step
+* Time: one env on a warm browser (``reuse_page``: one page, each reset restarts the app in it, as the trainer
+  does), the oracle's actions on the first ``--episodes`` tasks of ``web/widgets-test``; reset and step
   wall times, min / median / max in ms. Baselines, interleaved episode by episode: the same env with
+  ``restart_in_place=False`` (each reset loads the task's page again, as before the restart), the same env with
   ``strict_actionability=True`` (every action waits for Playwright's actionability checks, as before the
   forced actions), the same env with a new context per reset (``reuse_page=False``, as before it), and
   ``web/Settings-v0`` (the env of ``web-tree.yaml``) playing the gold of ``web/settings``; also its characters
@@ -63,17 +64,21 @@ def timing(num_episodes: int) -> None:
     ours, theirs = list(load_suite("web/widgets-test"))[:num_episodes], list(load_suite("web/settings"))
     fresh = "Widgets-v0, new context per reset"
     strict = "Widgets-v0, strict_actionability"
+    load = "Widgets-v0, page load per reset"
     runs: dict[str, dict[str, list[float]]] = {name: {"reset": [], "step": [], "turns": [], "chars": []}
-                                               for name in ("Widgets-v0", strict, fresh, "Settings-v0")}
+                                               for name in ("Widgets-v0", load, strict, fresh, "Settings-v0")}
     with keep_browser_warm():
-        envs = {"Widgets-v0": rlvr_gym.make("web/Widgets-v0"),  # reuse_page: one page, a page load per reset
+        envs = {"Widgets-v0": rlvr_gym.make("web/Widgets-v0"),  # reuse_page: one page, the app restarted per reset
+                load: rlvr_gym.make("web/Widgets-v0", restart_in_place=False),  # one page, loaded again per reset
                 strict: rlvr_gym.make("web/Widgets-v0", strict_actionability=True),  # Playwright's checks always
                 fresh: DesktopEnv(app="widgets", page_header=False, max_turns=8),  # as before reuse_page
                 "Settings-v0": rlvr_gym.make("web/Settings-v0")}
         try:
             envs["Widgets-v0"].reset(options={"task": ours[0]})  # starts Chromium outside the timed resets
-            for i, task in enumerate(ours):  # interleaved: A, B, C, D, A, B, C, D, ...
+            envs[load].reset(options={"task": ours[0]})
+            for i, task in enumerate(ours):  # interleaved: A, B, C, D, E, A, B, C, D, E, ...
                 _episode(envs["Widgets-v0"], task, runs["Widgets-v0"])
+                _episode(envs[load], task, runs[load])
                 _episode(envs[strict], task, runs[strict])
                 _episode(envs[fresh], task, runs[fresh])
                 _episode(envs["Settings-v0"], theirs[i % len(theirs)], runs["Settings-v0"])
@@ -83,8 +88,10 @@ def timing(num_episodes: int) -> None:
     for name, run in runs.items():
         print(f"web/{name}: reset ms {spread(run['reset'])}; step ms {spread(run['step'])}; "
               f"gold actions per episode {spread(run['turns'])}; characters per observation {spread(run['chars'])}")
+    ratio = statistics.median(runs["Widgets-v0"]["reset"]) / statistics.median(runs[load]["reset"])
+    print(f"reset, app restarted in the page / page loaded again: {ratio:.2f}x (medians)")
     ratio = statistics.median(runs["Widgets-v0"]["reset"]) / statistics.median(runs[fresh]["reset"])
-    print(f"reset, reused page / new context: {ratio:.2f}x (medians)")
+    print(f"reset, app restarted in the page / new context: {ratio:.2f}x (medians)")
     ratio = statistics.median(runs["Widgets-v0"]["step"]) / statistics.median(runs[strict]["step"])
     print(f"step, forced where clear / strict_actionability: {ratio:.2f}x (medians)")
 

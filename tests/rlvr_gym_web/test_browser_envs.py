@@ -207,6 +207,8 @@ def test_preflight_says_clear_only_where_playwright_would_not_wait(warm_browser:
         assert facts["7"]["list"] == {"multiple": False, "options": [["r", "Red"], ["Dark blue", "Dark blue"]]}
         assert facts["8"]["optionOf"] == ["7", "Red"] and facts["13"]["optionOf"] is None  # a list box's is clickable
         assert facts["1"]["list"] is None and facts["1"]["optionOf"] is None
+        box = page.locator('[data-bid="1"]').bounding_box()  # a forced click goes to the box's centre (the mouse)
+        assert facts["1"]["clear"] == pytest.approx([box["x"] + box["width"] / 2, box["y"] + box["height"] / 2])
         page.eval_on_selector('[data-bid="1"]', "el => el.classList.add('spin')")
         assert not page.evaluate(_PREFLIGHT_JS, _bid_selector("10"))["clear"]  # anything moving: wait as Playwright
     finally:

@@ -250,20 +250,28 @@ def test_malformed_actions_are_rejected_and_change_nothing(warm_browser: Browser
 
 @pytest.mark.browser
 def test_a_reused_page_shows_what_a_fresh_context_shows_and_hides_the_last_episode(warm_browser: BrowserHost) -> None:
-    """``reuse_page`` (web/Widgets-v0's registration) loads each episode in the same page: the same observations,
-    admissible actions and rewards as a new context per episode over one oracle episode per layout with a first
-    mistake, the same ``Math.random`` for the same seed, and ``go_back`` cannot reach the previous task's page."""
+    """``reuse_page`` (web/Widgets-v0's registration) starts each episode in the same page, restarting the app in
+    place after the first (no page load): the same observations, admissible actions and rewards as a new context per
+    episode over one oracle episode per layout with a first mistake, the same ``Math.random`` for the same seed;
+    what the last episode left in the page (an element added behind the app's back, focus) is gone; a reload
+    shows the episode's own task; ``go_back`` cannot reach the previous task's page; ``restart_in_place=False``
+    loads the page each time."""
     from rlvr_gym_web.desktop.env import DesktopEnv
 
     reused, fresh = rlvr_gym.make(widgets.ENV_ID), DesktopEnv(app="widgets", page_header=False, max_turns=8)
     assert reused.unwrapped.reuse_page and not fresh.reuse_page
+    leave = "() => { window.__kept = 1; document.body.append(Object.assign(document.createElement('button'), {textContent: 'Left'})); }"
     try:
         tasks = widgets.generate_tasks(widgets.ENV_ID, "train", 4)
         pages = []
         for index, task in enumerate(tasks):
             seen = []
             for env in (reused, fresh):
+                if env is reused and index:
+                    env.unwrapped.page.evaluate(leave)
                 obs, info = env.reset(seed=index, options={"task": task})
+                if env is reused and index:
+                    assert env.unwrapped.page.evaluate("() => window.__kept") == 1 and "Left" not in obs  # restarted
                 trace = [obs, info["admissible_actions"],
                          env.unwrapped.page.evaluate("() => [Math.random(), Math.random()]")]
                 result = env.step(info["admissible_actions"][0])  # a mistake, then the oracle's recovery
@@ -274,6 +282,9 @@ def test_a_reused_page_shows_what_a_fresh_context_shows_and_hides_the_last_episo
             assert seen[0] == seen[1], task.id
             pages.append(reused.unwrapped.page)
         assert all(page is pages[0] for page in pages)  # one page for every episode
+        obs, _ = reused.reset(options={"task": tasks[1]})
+        reused.unwrapped.page.reload()  # the URL is the episode's: a reload shows its task, not the first one's
+        assert reused.step("noop()").observation == obs
         obs, _ = reused.reset(options={"task": tasks[0]})
         result = reused.step("go_back()")
         assert result.observation == obs and "failure" not in result.info
@@ -282,6 +293,14 @@ def test_a_reused_page_shows_what_a_fresh_context_shows_and_hides_the_last_episo
     finally:
         reused.close()
         fresh.close()
+    loading = rlvr_gym.make(widgets.ENV_ID, restart_in_place=False)
+    try:
+        loading.reset(options={"task": tasks[0]})
+        loading.unwrapped.page.evaluate(leave)
+        obs, _ = loading.reset(options={"task": tasks[1]})
+        assert loading.unwrapped.page.evaluate("() => window.__kept") is None and "Left" not in obs  # loaded
+    finally:
+        loading.close()
 
 
 def _mistake_slip_and_recovery(env: rlvr_gym.Env, task: rlvr_gym.Task, slip: int) -> tuple[list[str], list[str]]:
@@ -411,7 +430,8 @@ def test_an_env_per_episode_takes_the_page_the_last_one_parked(warm_browser: Bro
 @pytest.mark.browser
 def test_an_action_may_name_its_element_and_a_bad_name_is_an_observation(warm_browser: BrowserHost) -> None:
     """A name stands for an id (the same pages follow); a name on no element, or on several, is an
-    ``invalid_action`` observation that says so and changes nothing; ``name_targets`` is only for widgets."""
+    ``invalid_action`` observation that says so and changes nothing; a name the last observation showed on one
+    element is that element, though the page has grown a namesake since; ``name_targets`` is only for widgets."""
     by_id, by_name = rlvr_gym.make(widgets.ENV_ID), rlvr_gym.make(widgets.ENV_ID, name_targets=True)
     try:
         task = widgets.generate_tasks(widgets.ENV_ID, "train", 1)[0]  # a dialog
@@ -425,8 +445,14 @@ def test_an_action_may_name_its_element_and_a_bad_name_is_an_observation(warm_br
         assert result.info["failure"].kind == FailureKind.INVALID_ACTION
         assert "no element with id or name" in result.observation and result.observation.endswith(obs.split("Page:")[1])
         name = widgets.next_action(task.data, obs, by_name=True).split('"')[1]
-        by_name.unwrapped.page.evaluate("(name) => document.body.append([...document.querySelectorAll('button')]"
-                                        ".find((b) => b.innerText.trim() === name).cloneNode(true))", name)
+        clone = ("(name) => document.body.append(Object.assign([...document.querySelectorAll('button')]"
+                 ".find((b) => b.innerText.trim() === name).cloneNode(true), {onclick: null}))")
+        by_name.unwrapped.page.evaluate(clone, name)  # unseen: the agent's name is still the one button it saw
+        result = by_name.step(f'click("{name}")')
+        assert "failure" not in result.info and f"dialog '{name}'" in result.observation
+        by_name.reset(options={"task": task})
+        by_name.unwrapped.page.evaluate(clone, name)
+        assert f"'{name}'" in by_name.step("noop()").observation.split(f"'{name}'", 1)[1]  # now seen twice
         result = by_name.step(f'click("{name}")')
         assert result.info["failure"].kind == FailureKind.INVALID_ACTION and f"2 elements are named '{name}'" in \
             result.observation and "use an id" in result.observation

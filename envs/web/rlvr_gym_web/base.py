@@ -5,14 +5,14 @@ earned (:meth:`BrowserEnv._verdict`); optionally they declare API tools (:meth:`
 :meth:`BrowserEnv._call_tool`). Everything else is here: browser contexts, seeding, observation, actions,
 failures, forking and clean-up.
 
-Determinism: each episode runs in a new browser context (with ``reuse_page``: a fresh load of its page in a
-context opened the same way) with a fixed viewport (800x600), locale (en-US), timezone (UTC) and clock (``Date``
+Determinism: each episode runs in a new browser context (with ``reuse_page``: a fresh load of its page, or its
+app restarted in place, in a context opened the same way) with a fixed viewport (800x600), locale (en-US), timezone (UTC) and clock (``Date``
 fixed at :data:`FIXED_TIME`, timers still run), and ``Math.random`` replaced before any page script by a
 generator seeded from the episode seed (mulberry32).
 
 Forking replays the action history on a new page of the same browser (:meth:`rlvr_gym.Env.fork_by_replay`).
 Cost: one reset (about 0.25-0.4 s for a new context and a page load, 0.1 s for a page load with ``reuse_page``,
-``benchmarks/widgets_env.py``) plus one step per past turn (about
+0.02 s for an app restarted in place, ``benchmarks/widgets_env.py``) plus one step per past turn (about
 15-60 ms each for our apps and MiniWoB, more for actions that wait on the page).
 """
 
@@ -29,7 +29,7 @@ from rlvr_gym.failures import Failure, FailureKind
 from rlvr_gym.verifier import RewardResult
 from rlvr_gym_web.actions import Action, ActionParseError, parse_action, url_allowed
 from rlvr_gym_web.browser import BrowserHost, acquire_browser, keep_browser_warm, release_browser
-from rlvr_gym_web.observation import named, parse_tree
+from rlvr_gym_web.observation import Node, named, parse_tree
 
 FIXED_TIME = "2024-03-15T10:00:00Z"
 
@@ -96,8 +96,8 @@ _PREFLIGHT_JS = """(selector) => {
       const clip = a.getBoundingClientRect();
       if (box.left < clip.left || box.top < clip.top || box.right > clip.right || box.bottom > clip.bottom) return false;
     }
-    const top = document.elementFromPoint(box.left + box.width / 2, box.top + box.height / 2);
-    return top !== null && (top === el || el.contains(top));
+    const x = box.left + box.width / 2, y = box.top + box.height / 2, top = document.elementFromPoint(x, y);
+    return top !== null && (top === el || el.contains(top)) ? [x, y] : false;
   }
 }"""
 # The element actions whose Playwright call takes ``force`` (skip the actionability checks).
@@ -112,6 +112,25 @@ _EPISODE_JS = """(() => {
   if (episode.task !== null) window.__RLVR_TASK__ = episode.task;
   (""" + _SEEDED_RANDOM_JS + """)(episode.seed);
 })();"""
+
+
+# reuse_page with restart_in_place: the next episode in the open page, without loading it again, for a page whose
+# app can make its whole state again (window.app.restart, apps/common.js). What a load would reset and the agent could
+# see or act on is reset too: the URL (the episode's, so a reload gives this episode), the task, the seeded
+# Math.random, focus, selection, scroll and the numbering of unmarked elements; the app puts its body back as loaded
+# and makes its state again. Returns false (nothing changed) when the page has no restart.
+_RESTART_JS = """([url, seed, task]) => {
+  if (!window.app || typeof window.app.restart !== 'function') return false;
+  history.replaceState(null, '', url);
+  if (task === null) delete window.__RLVR_TASK__; else window.__RLVR_TASK__ = task;
+  (""" + _SEEDED_RANDOM_JS + """)(seed);
+  if (document.activeElement && document.activeElement !== document.body) document.activeElement.blur();
+  getSelection().removeAllRanges();
+  window.scrollTo(0, 0);
+  delete window.__rlvrNextBid;  // observe.js numbers unmarked elements from 1 again, as on a fresh load
+  window.app.restart();
+  return true;
+}"""
 
 
 class InvalidActionError(ValueError):
@@ -134,8 +153,9 @@ class BrowserEnv(Env):
         page_header: show the ``URL:`` and ``Title:`` lines; False for generated one-page apps, where they
             say nothing new and cost ~25 tokens a page.
         reuse_page: keep one context and page for the env's life and start each episode by loading the task's
-            page again in it (the subclass opens :meth:`episode_url`): a reset costs one page load instead of a
-            new context and renderer process (about 4x less, ``benchmarks/widgets_env.py``). The pages show
+            page again in it, or restarting its app there (``restart_in_place``; the subclass calls
+            :meth:`open_episode_page`): a reset costs one page load instead of a new context and renderer process
+            (about 4x less, ``benchmarks/widgets_env.py``). The pages show
             the same text; what an episode could see of the last one is closed off: ``go_back`` never leaves
             the episode's first page. Cookies and storage are kept, so only for apps that use none (ours).
             Needs ``page_header=False`` (the URL carries the episode's seed and task), and an app that does not
@@ -143,6 +163,11 @@ class BrowserEnv(Env):
             cannot count past that). A closed env parks its
             page in the process's browser host for the next such env (an env per episode, as the trainer,
             the evaluation and the demonstrations make them, gains as much).
+        restart_in_place: with ``reuse_page``, a page whose app can make its whole state again
+            (``window.app.restart``, ``apps/common.js``; the widgets app) starts the next episode without loading
+            the page again (:data:`_RESTART_JS`): its URL, task, seeded ``Math.random``, focus, selection and scroll
+            are set as a load would set them. A reset then costs one page evaluation instead of a page load
+            (``benchmarks/widgets_env.py``). False: every episode loads its page.
         strict_actionability: every element action waits for Playwright's actionability checks (visible,
             stable, enabled, receiving events). When False, an action skips them (``force=True``) where one look at
             the page shows they hold and cannot change while nothing moves (:data:`_PREFLIGHT_JS`); their
@@ -161,6 +186,9 @@ class BrowserEnv(Env):
     strict_by_default: ClassVar[bool] = False
     """``strict_actionability`` when the constructor is not told: True for envs whose pages may move elements from
     JavaScript, which one look at the page cannot see."""
+    page_state_js: ClassVar[str | None] = None
+    """A JavaScript function of no arguments that each observation's page evaluation also runs, its result kept as
+    :attr:`page_state` (one round trip for both; the desktop apps read their state there for the verdict)."""
 
     def __init__(
         self,
@@ -171,6 +199,7 @@ class BrowserEnv(Env):
         render_mode: str | None = None,
         page_header: bool = True,
         reuse_page: bool = False,
+        restart_in_place: bool = True,
         strict_actionability: bool | None = None,
     ) -> None:
         super().__init__(max_turns=max_turns, render_mode=render_mode)
@@ -179,6 +208,7 @@ class BrowserEnv(Env):
         if reuse_page and page_header:
             raise ValueError("reuse_page needs page_header=False: the page URL carries the episode's seed and task")
         self.reuse_page = reuse_page
+        self.restart_in_place = restart_in_place
         self.strict_actionability = self.strict_by_default if strict_actionability is None else strict_actionability
         self.episode_seed = 0
         self._history_start = 0
@@ -191,6 +221,9 @@ class BrowserEnv(Env):
         self.page: Any = None
         self.goal = ""
         self._shots = 0
+        self._seen: tuple[list[str], list[Node] | None] = ([], [])  # the last observation's element lines, parsed
+        self.page_state: Any = None
+        """What :attr:`page_state_js` returned at the last observation (None without it)."""
 
     # -- hooks ----------------------------------------------------------------------------------------
     def _open(self, task: Any) -> str:
@@ -198,8 +231,8 @@ class BrowserEnv(Env):
         raise NotImplementedError
 
     def _verdict(self, action: Action | None) -> RewardResult | None:
-        """After each action: the episode's reward when it is over (task finished, ``answer``/``done``
-        called), else None."""
+        """After each action, once the page's observation is read (:attr:`page_state` is the page's state then): the
+        episode's reward when it is over (task finished, ``answer``/``done`` called), else None."""
         raise NotImplementedError
 
     def _allowed_origins(self) -> tuple[str, ...]:
@@ -213,6 +246,21 @@ class BrowserEnv(Env):
             return url
         episode = json.dumps({"seed": self.episode_seed, "task": task_data}, separators=(",", ":"))
         return f"{url}?{urllib.parse.urlencode({EPISODE_PARAM: episode})}"
+
+    def open_episode_page(self, url: str, task_data: Any = None) -> bool:
+        """Shows the episode's page (``_open`` calls it): with ``reuse_page``, the page at ``url`` with the
+        episode's seed and ``task_data`` (:meth:`episode_url`), restarted in place when the page already shows
+        ``url`` and its app can restart (``restart_in_place``), else loaded; without ``reuse_page``, ``url`` loaded.
+
+        Returns:
+            True when the page restarted in place (no load: the app is there), False when it was loaded.
+        """
+        target = self.episode_url(url, task_data)
+        if (self.reuse_page and self.restart_in_place and self.page.url.split("?", 1)[0] == url
+                and self.page.evaluate(_RESTART_JS, [target, self.episode_seed, task_data])):
+            return True
+        self.page.goto(target)
+        return False
 
     def _tool_schemas(self) -> list[dict[str, Any]]:
         """OpenAI-style JSON schemas of the task's API tools (empty: no tools)."""
@@ -280,8 +328,8 @@ class BrowserEnv(Env):
 
     def _finish_step(self, action: Action, note: str, info: dict[str, Any]) -> StepResult:
         try:
-            verdict = self._verdict(action)
             observation = self._observe(info, error=note)
+            verdict = self._verdict(action)
         except Exception as error:  # noqa: BLE001 - a crashed page or browser ends the episode
             return self._crash(error)
         if verdict is None:
@@ -325,11 +373,20 @@ class BrowserEnv(Env):
     def _locate(self, target: str) -> tuple[Any, dict[str, Any]]:
         """The Playwright locator of the element ``target`` names, and the page's facts about it
         (:data:`_PREFLIGHT_JS`): by its id, else by its accessible name among the elements a user can act on
-        (:func:`rlvr_gym_web.observation.named`, read from the page now).
+        (:func:`rlvr_gym_web.observation.named`). A name that the last observation shows on exactly one element,
+        and no id there, is that element while the page still holds it (what the agent saw it named: one page
+        evaluation, not three); any other target is read from the page now.
 
         Raises:
             InvalidActionError: no element has that id or name, or several have that name.
         """
+        seen = self._seen_nodes()
+        if not any(node.bid == target for node in seen):
+            found = named(seen, target)
+            if len(found) == 1:
+                facts = self.page.evaluate(_PREFLIGHT_JS, _bid_selector(seen[found[0]].bid))
+                if facts is not None:
+                    return self.page.locator(_bid_selector(seen[found[0]].bid)).first, facts
         facts = self.page.evaluate(_PREFLIGHT_JS, _bid_selector(target))
         if facts is not None:
             return self.page.locator(_bid_selector(target)).first, facts
@@ -348,6 +405,14 @@ class BrowserEnv(Env):
         if facts is None:  # read a moment ago: the page removed it since
             raise InvalidActionError(f"the element named {target!r} left the page")
         return self.page.locator(_bid_selector(bid)).first, facts
+
+    def _seen_nodes(self) -> list[Node]:
+        """The element lines of the last observation, parsed (once per observation)."""
+        lines, nodes = self._seen
+        if nodes is None:
+            nodes = parse_tree("\n".join(lines))
+            self._seen = (lines, nodes)
+        return nodes
 
     @staticmethod
     def _check_options(offered: dict[str, Any] | None, target: str, wanted: list[str]) -> None:
@@ -389,6 +454,8 @@ class BrowserEnv(Env):
         elif name == "select_option":  # Playwright matches each string against option values and labels
             self._check_options(facts["list"], args["bid"], args["options"])
             element.select_option(args["options"], **force)
+        elif name == "click" and clear:  # what a forced click does here: the mouse at the element's centre
+            self.page.mouse.click(*facts["clear"])
         else:
             getattr(element, name)(**force)
 
@@ -400,7 +467,13 @@ class BrowserEnv(Env):
 
     # -- observation ----------------------------------------------------------------------------------
     def _observe(self, info: dict[str, Any], error: str = "") -> str:
-        tree = self.page.evaluate(_OBSERVE_JS, self.max_tree_lines)
+        if self.page_state_js is None:
+            tree = self.page.evaluate(_OBSERVE_JS, self.max_tree_lines)
+        else:
+            tree = self.page.evaluate(f"(n) => ({{...({_OBSERVE_JS})(n), state: ({self.page_state_js})()}})",
+                                      self.max_tree_lines)
+        self.page_state = tree.get("state")
+        self._seen = (tree["lines"], None)
         lines = [f"Goal: {self.goal}"]
         if self.page_header:
             lines += [f"URL: {self.page.url}", f"Title: {tree['title']}"]

@@ -1,6 +1,8 @@
 // Shared by the desktop-like apps: a tiny element builder and the app contract read by rlvr_gym_web.desktop.
-// Contract: window.app = {name, getState() -> JSON state, api: {tool(args) -> JSON result}}; the initial state
-// comes from window.__RLVR_TASK__.state (an init script set by the env) or the app's own demo state.
+// Contract: window.app = {name, getState() -> JSON state, api: {tool(args) -> JSON result}, restart?()}; the
+// initial state comes from window.__RLVR_TASK__.state (an init script set by the env) or the app's own demo state.
+// An app that passes `start` (its whole state and UI state made again from window.__RLVR_TASK__) gets
+// app.restart(): the env then starts an episode in the open page instead of loading it again.
 'use strict';
 function h(tag, attrs, ...children) {
   const el = document.createElement(tag);
@@ -20,11 +22,13 @@ function initialState(demo) {
   return JSON.parse(JSON.stringify(task && task.state ? task.state : demo));
 }
 function fail(message) { throw new Error(message); }
-function registerApp(name, getState, api, render) {
+function registerApp(name, getState, api, render, start) {
   const wrapped = {};
   for (const [tool, fn] of Object.entries(api)) {
     wrapped[tool] = (args) => { const result = fn(args || {}); render(); return result === undefined ? 'ok' : result; };
   }
   window.app = {name: name, getState: () => JSON.parse(JSON.stringify(getState())), api: wrapped};
+  const loaded = [...document.body.childNodes];  // the body as loaded: what a restart puts back, before render()
+  if (start) window.app.restart = () => { document.body.replaceChildren(...loaded); start(); render(); };
   render();
 }

@@ -57,6 +57,7 @@ class DesktopEnv(BrowserEnv):
     """
 
     max_turns = 30
+    page_state_js = "() => window.app.getState()"
 
     def __init__(self, app: str = "files", name_targets: bool = False, **kwargs: Any) -> None:
         if app not in apps.APPS:
@@ -80,11 +81,10 @@ class DesktopEnv(BrowserEnv):
                 raise ValueError(f"task {task.id} is for app {data.get('app')!r}, this env runs {self.app!r}")
         self.data = data
         url = (APPS_DIR / f"{self.app}.html").as_uri()
-        if self.reuse_page:
-            self.page.goto(self.episode_url(url, {"state": data["state"]}))
-        else:
+        if not self.reuse_page:
             self.page.context.add_init_script(f"window.__RLVR_TASK__ = {json.dumps({'state': data['state']})};")
-            self.page.goto(url)
+        if self.open_episode_page(url, {"state": data["state"]}):
+            return str(data["instruction"])
         if not self.page.evaluate("() => window.app !== undefined"):  # a poll waits for a frame: ~20 ms
             self.page.wait_for_function("() => window.app !== undefined")
         return str(data["instruction"])
@@ -122,10 +122,9 @@ class DesktopEnv(BrowserEnv):
         if action.name not in ("done", "answer"):
             if not apps.ends_on_submit(self.app):
                 return None
-            state = self.page.evaluate("() => window.app.getState()")
+            state = self.page_state
             return apps.verify(self.data, state, None) if state.get("submitted") else None
-        state = self.page.evaluate("() => window.app.getState()")
-        return apps.verify(self.data, state, action.args.get("text"))
+        return apps.verify(self.data, self.page_state, action.args.get("text"))
 
     def oracle_action(self) -> str:
         """The scripted GUI solver's next action for the current observation (an expert for behaviour
