@@ -393,8 +393,10 @@ def test_renamed_demonstrations_are_what_chromium_shows_for_the_renamed_task(war
 def test_an_env_per_episode_takes_the_page_the_last_one_parked(warm_browser: BrowserHost) -> None:
     """With ``reuse_page`` a closed env parks its context and page in the browser host and the next env's reset
     takes them (the trainer makes an env per episode); a page that was closed meanwhile is skipped, and the
-    host keeps at most MAX_PARKED_PAGES."""
+    host keeps at most MAX_PARKED_PAGES. New pages open in the host's one shared context (not a context each); a
+    page beyond the limit is closed, not the shared context; an env without ``reuse_page`` gets its own context."""
     from rlvr_gym_web import browser
+    from rlvr_gym_web.desktop.env import DesktopEnv
 
     task = widgets.generate_tasks(widgets.ENV_ID, "train", 1)[0]
     first = rlvr_gym.make(widgets.ENV_ID)
@@ -417,14 +419,23 @@ def test_an_env_per_episode_takes_the_page_the_last_one_parked(warm_browser: Bro
     envs = [rlvr_gym.make(widgets.ENV_ID) for _ in range(3)]
     for env in envs:
         env.reset(options={"task": task})
+    shared = envs[-1].unwrapped._context
+    assert shared is warm_browser._shared and len({id(env.unwrapped.page) for env in envs}) == 3
     original = browser.MAX_PARKED_PAGES
     try:
         browser.MAX_PARKED_PAGES = len(warm_browser._parked) + 1
         for env in envs:
             env.close()
         assert len(warm_browser._parked) == browser.MAX_PARKED_PAGES
+        assert [env.unwrapped.page for env in envs] == [None] * 3 and shared.pages  # the shared context stays open
     finally:
         browser.MAX_PARKED_PAGES = original
+    own = DesktopEnv(app="widgets", page_header=False)
+    try:
+        own.reset(options={"task": task})
+        assert own._context is not shared and own._context.pages == [own.page]
+    finally:
+        own.close()
 
 
 @pytest.mark.browser

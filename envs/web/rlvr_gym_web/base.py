@@ -133,6 +133,12 @@ _RESTART_JS = """([url, seed, task]) => {
 }"""
 
 
+def _prepare_reused_context(context: Any) -> None:
+    """What every context of ``reuse_page`` envs needs: the fixed clock and the episode script."""
+    context.clock.set_fixed_time(FIXED_TIME)
+    context.add_init_script(_EPISODE_JS)
+
+
 class InvalidActionError(ValueError):
     """A well-formed action that cannot apply here (unknown element id, URL outside the allowed origins)."""
 
@@ -155,7 +161,9 @@ class BrowserEnv(Env):
         reuse_page: keep one context and page for the env's life and start each episode by loading the task's
             page again in it, or restarting its app there (``restart_in_place``; the subclass calls
             :meth:`open_episode_page`): a reset costs one page load instead of a new context and renderer process
-            (about 4x less, ``benchmarks/widgets_env.py``). The pages show
+            (about 4x less, ``benchmarks/widgets_env.py``); the env's first page opens in the browser host's
+            shared context (:meth:`rlvr_gym_web.browser.BrowserHost.shared_context`: ~0.15 s, not ~0.6 s for a
+            context of its own, 64 at once). The pages show
             the same text; what an episode could see of the last one is closed off: ``go_back`` never leaves
             the episode's first page. Cookies and storage are kept, so only for apps that use none (ours).
             Needs ``page_header=False`` (the URL carries the episode's seed and task), and an app that does not
@@ -279,11 +287,12 @@ class BrowserEnv(Env):
             parked = self._host.take_parked() if self.reuse_page else None
             if parked is not None:  # another reuse_page env's, closed since: ours now
                 self._context, self.page = parked
+            elif self.reuse_page:  # a page of the host's shared context
+                self._context = self._host.shared_context(_prepare_reused_context)
+                self.page = self._context.new_page()
             else:
                 self._context = self._host.new_context()
                 self._context.clock.set_fixed_time(FIXED_TIME)
-                if self.reuse_page:
-                    self._context.add_init_script(_EPISODE_JS)
                 self.page = self._context.new_page()
             self.page.set_default_timeout(self.action_timeout_s * 1000)
         self.episode_seed = int(self.np_random.integers(0, 2**32 - 1))
@@ -517,6 +526,9 @@ class BrowserEnv(Env):
             return
         if self.reuse_page and self._host is not None and page is not None and self._browser_alive():
             self._host.park(context, page)
+            return
+        if self._host is not None and page is not None:
+            self._host.close_page(context, page)
             return
         with contextlib.suppress(Exception):
             context.close()

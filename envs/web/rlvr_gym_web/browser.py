@@ -3,7 +3,9 @@
 Chromium is Debian's (``/usr/bin/chromium``; override with ``RLVR_GYM_CHROMIUM``), driven by Playwright's sync
 API through ``executable_path`` (``playwright install`` cannot download browsers here). Every env of a
 process acquires the same :class:`BrowserHost`; each episode gets a fresh browser *context* (cookies,
-storage and cache are per context), with a fixed viewport, locale and timezone. The browser closes when
+storage and cache are per context), with a fixed viewport, locale and timezone, except the envs with
+``reuse_page`` (our own apps, which keep nothing in storage): their pages open in one shared context and are
+parked between envs. The browser closes when
 the last env releases it, so ``env.close()`` leaves no child process; a Ray worker keeps it warm across
 episodes because its env stays open between them.
 
@@ -24,7 +26,7 @@ import contextlib
 import os
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -141,6 +143,7 @@ class BrowserHost:
         self.browser: Any = None
         self._thread = threading.get_ident()
         self._parked: list[tuple[Any, Any]] = []
+        self._shared: Any = None
 
     def ensure_browser(self) -> Any:
         """Returns a connected browser, (re)launching it if it is not running (e.g. after a crash).
@@ -171,14 +174,30 @@ class BrowserHost:
         settings = {"viewport": VIEWPORT, "locale": LOCALE, "timezone_id": TIMEZONE, **options}
         return self.ensure_browser().new_context(**settings)
 
+    def shared_context(self, setup: Callable[[Any], None]) -> Any:
+        """The one context of this browser that the envs with ``reuse_page`` open their pages in (a page in an
+        open context costs ~0.12 s, a new context ~0.45 s: a renderer process each); ``setup(context)`` runs once
+        when it is made (again after a browser relaunch). Its pages share cookies and storage, as the pages of a
+        reused page's episodes do."""
+        browser = self.ensure_browser()
+        if self._shared is None or self._shared.browser is not browser:
+            self._shared = browser.new_context(viewport=VIEWPORT, locale=LOCALE, timezone_id=TIMEZONE)
+            setup(self._shared)
+        return self._shared
+
+    def close_page(self, context: Any, page: Any) -> None:
+        """Closes ``page``, and ``context`` too unless it is the shared one (:meth:`shared_context`)."""
+        with contextlib.suppress(Exception):
+            page.close() if context is self._shared else context.close()
+
     def park(self, context: Any, page: Any) -> None:
         """Keeps a closed episode's context and page for :meth:`take_parked` (envs with ``reuse_page``, whose
-        every episode loads its page again); beyond :data:`MAX_PARKED_PAGES` the context is closed instead."""
+        every episode starts in a page again); beyond :data:`MAX_PARKED_PAGES` the page is closed instead
+        (:meth:`close_page`)."""
         if len(self._parked) < MAX_PARKED_PAGES and self.browser is not None and not page.is_closed():
             self._parked.append((context, page))
         else:
-            with contextlib.suppress(Exception):
-                context.close()
+            self.close_page(context, page)
 
     def take_parked(self) -> tuple[Any, Any] | None:
         """The last parked ``(context, page)`` whose page is still open, or None; a parked context whose page was
@@ -187,14 +206,13 @@ class BrowserHost:
             context, page = self._parked.pop()
             if not page.is_closed() and self.browser is not None and self.browser.is_connected():
                 return context, page
-            with contextlib.suppress(Exception):
-                context.close()
+            self.close_page(context, page)
         return None
 
     def shutdown(self) -> None:
         """Closes the browser and stops the driver; safe to call at any time."""
         browser, playwright = self.browser, self._playwright
-        self.browser, self._playwright, self._parked = None, None, []
+        self.browser, self._playwright, self._parked, self._shared = None, None, [], None
         if browser is not None:
             with contextlib.suppress(Exception):
                 browser.close()
