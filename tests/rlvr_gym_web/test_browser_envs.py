@@ -185,6 +185,7 @@ PREFLIGHT_PAGE = """<style>@keyframes spin { to { transform: rotate(360deg); } }
 </div>
 <button data-bid="18"><span data-bid="19">In</span></button>
 <div style="width: 80px"><a data-bid="20" href="#">a link that wraps over lines</a></div>
+<form><button data-bid="21">Send</button></form>
 <div style="height: 2000px"></div><button data-bid="5">Below</button>"""
 
 
@@ -198,9 +199,11 @@ def test_preflight_says_clear_only_where_playwright_would_not_wait(warm_browser:
     try:
         page = context.new_page()
         page.set_content(PREFLIGHT_PAGE)
-        facts = {bid: page.evaluate(_PREFLIGHT_JS, _bid_selector(bid)) for bid in map(str, range(1, 21))}
+        facts = {bid: page.evaluate(_PREFLIGHT_JS, _bid_selector(bid)) for bid in map(str, range(1, 22))}
         clear = {bid for bid, fact in facts.items() if fact["clear"]}
-        assert clear == {"1", "7", "10", "11", "12", "13", "18"}  # a list box's option too; not: disabled, covered,
+        assert clear == {"1", "7", "10", "11", "12", "13", "18", "21"}
+        # a link or a form's submit button may load a page: Playwright's click (it waits for that), not the mouse
+        assert {bid for bid, fact in facts.items() if fact["navigates"]} == {"20", "21"}  # a list box's option too; not: disabled, covered,
         # hidden, below the fold, read-only, a closed drop-down's options, a label (Playwright acts on its control),
         # aria-disabled in capitals, clipped by its parent, inside a button (Playwright acts on the button), wrapped
         assert page.evaluate(_PREFLIGHT_JS, _bid_selector("99")) is None
@@ -244,3 +247,18 @@ def test_a_covered_element_keeps_playwrights_check_and_fails_as_it_did(warm_brow
         assert result.reward == 1.0
     finally:
         strict.close()
+
+
+def test_a_desktop_app_left_by_go_back_is_a_page_not_a_crash(warm_browser: BrowserHost) -> None:
+    """The app's state comes with each observation (``page_state_js``): on a page without the app (``go_back()`` to
+    the blank page before it) the episode goes on, and ``done()`` there ends it as a crash that says why."""
+    env = rlvr_gym.make("web/FileManager-v0")
+    try:
+        env.reset(seed=0)
+        result = env.step("go_back()")
+        assert not result.terminated and "failure" not in result.info and env.unwrapped.page_state is None
+        result = env.step("done()")
+        assert result.terminated and result.info["failure"].kind is FailureKind.ENV_CRASH
+        assert "app is not on the page" in result.observation
+    finally:
+        env.close()

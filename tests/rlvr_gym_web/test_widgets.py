@@ -436,6 +436,28 @@ def test_an_env_per_episode_takes_the_page_the_last_one_parked(warm_browser: Bro
         assert own._context is not shared and own._context.pages == [own.page]
     finally:
         own.close()
+    kept, failing = rlvr_gym.make(widgets.ENV_ID), rlvr_gym.make(widgets.ENV_ID)
+    kept.reset(options={"task": task})
+    parked, warm_browser._parked = warm_browser._parked, []
+    original_new_page = shared.new_page
+    try:  # a page that fails to open leaves the shared context (and the other envs' pages) open
+        shared.new_page = lambda: (_ for _ in ()).throw(RuntimeError("no page"))
+        with pytest.raises(RuntimeError, match="no page"):
+            failing.reset(options={"task": task})
+        failing.close()
+        assert not kept.unwrapped.page.is_closed() and kept.step("noop()").observation.startswith("Goal:")
+    finally:
+        shared.new_page = original_new_page
+        warm_browser._parked = parked
+        kept.close()
+    shared.close()  # closed from outside: the next env gets a new shared context
+    after = rlvr_gym.make(widgets.ENV_ID)
+    try:
+        warm_browser._parked.clear()
+        obs, _ = after.reset(options={"task": task})
+        assert after.unwrapped._context is not shared and obs.startswith("Goal: Edit")
+    finally:
+        after.close()
 
 
 @pytest.mark.browser

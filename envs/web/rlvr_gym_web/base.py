@@ -5,8 +5,8 @@ earned (:meth:`BrowserEnv._verdict`); optionally they declare API tools (:meth:`
 :meth:`BrowserEnv._call_tool`). Everything else is here: browser contexts, seeding, observation, actions,
 failures, forking and clean-up.
 
-Determinism: each episode runs in a new browser context (with ``reuse_page``: a fresh load of its page, or its
-app restarted in place, in a context opened the same way) with a fixed viewport (800x600), locale (en-US), timezone (UTC) and clock (``Date``
+Determinism: each episode runs in a new browser context (with ``reuse_page``: a page of the browser host's shared
+context, opened the same way, where each episode loads its page again or restarts its app in place) with a fixed viewport (800x600), locale (en-US), timezone (UTC) and clock (``Date``
 fixed at :data:`FIXED_TIME`, timers still run), and ``Math.random`` replaced before any page script by a
 generator seeded from the episode seed (mulberry32).
 
@@ -60,8 +60,11 @@ _SEED_JS = "(" + _SEEDED_RANDOM_JS + ")(%d);"
 #   checkbox or radio), it is visible, enabled and not read-only (aria-disabled / aria-readonly on it or an
 #   ancestor counted, any case), no CSS animation or transition runs in the document or in the open shadow roots
 #   above it, it is one box wholly inside the viewport and inside every clipping ancestor (Playwright scrolls
-#   nothing), and the topmost element at its centre is it or inside it. Motion driven from JavaScript (timers,
-#   requestAnimationFrame) is not seen: envs whose pages may do that keep Playwright's checks.
+#   nothing), and the topmost element at its centre is it or inside it: then [x, y], that centre in CSS pixels
+#   (where a forced click puts the mouse), else false. Motion driven from JavaScript (timers,
+#   requestAnimationFrame) is not seen: envs whose pages may do that keep Playwright's checks;
+# - navigates: a click on it may load another page (inside a link, or a form's submit button): Playwright's click,
+#   which waits for a navigation it starts, not the bare mouse.
 _PREFLIGHT_JS = """(selector) => {
   const el = document.querySelector(selector);
   if (!el) return null;
@@ -72,7 +75,8 @@ _PREFLIGHT_JS = """(selector) => {
     multiple: el.multiple,
     options: [...el.options].map((o) => [o.value, o.label.trim().replace(/\\s+/g, ' ')]),
   };
-  return {optionOf, list: options, clear: isClear()};
+  const navigates = el.closest('a[href], area[href]') !== null || (el.form != null && ['submit', 'image'].includes(el.type));
+  return {optionOf, list: options, clear: isClear(), navigates};
 
   function flagged(name) {
     for (let a = el; a; a = a.parentElement) if ((a.getAttribute(name) || '').toLowerCase() === 'true') return true;
@@ -158,7 +162,7 @@ class BrowserEnv(Env):
             ``info["screenshot_path"]``.
         page_header: show the ``URL:`` and ``Title:`` lines; False for generated one-page apps, where they
             say nothing new and cost ~25 tokens a page.
-        reuse_page: keep one context and page for the env's life and start each episode by loading the task's
+        reuse_page: keep one page for the env's life and start each episode by loading the task's
             page again in it, or restarting its app there (``restart_in_place``; the subclass calls
             :meth:`open_episode_page`): a reset costs one page load instead of a new context and renderer process
             (about 4x less, ``benchmarks/widgets_env.py``); the env's first page opens in the browser host's
@@ -287,9 +291,10 @@ class BrowserEnv(Env):
             parked = self._host.take_parked() if self.reuse_page else None
             if parked is not None:  # another reuse_page env's, closed since: ours now
                 self._context, self.page = parked
-            elif self.reuse_page:  # a page of the host's shared context
-                self._context = self._host.shared_context(_prepare_reused_context)
-                self.page = self._context.new_page()
+            elif self.reuse_page:  # a page of the host's shared context (kept only once the page opened)
+                shared = self._host.shared_context(_prepare_reused_context)
+                self.page = shared.new_page()
+                self._context = shared
             else:
                 self._context = self._host.new_context()
                 self._context.clock.set_fixed_time(FIXED_TIME)
@@ -463,7 +468,7 @@ class BrowserEnv(Env):
         elif name == "select_option":  # Playwright matches each string against option values and labels
             self._check_options(facts["list"], args["bid"], args["options"])
             element.select_option(args["options"], **force)
-        elif name == "click" and clear:  # what a forced click does here: the mouse at the element's centre
+        elif name == "click" and clear and not facts["navigates"]:  # as a forced click: the mouse at the centre
             self.page.mouse.click(*facts["clear"])
         else:
             getattr(element, name)(**force)
@@ -518,20 +523,20 @@ class BrowserEnv(Env):
         return self.fork_by_replay()
 
     def _close_context(self) -> None:
-        """Closes the episode's context, or with ``reuse_page`` parks it and its page in the browser host for the
-        next env of this process (:meth:`rlvr_gym_web.browser.BrowserHost.park`): an env per episode, as the
-        trainer makes them, then still loads a page instead of opening a context."""
+        """Closes the episode's context (with ``reuse_page``: its page; the shared context stays), or with
+        ``reuse_page`` parks its page in the browser host for the next env of this process
+        (:meth:`rlvr_gym_web.browser.BrowserHost.park`): an env per episode, as the trainer makes them, then
+        restarts an open page instead of opening one."""
         context, page, self._context, self.page = self._context, self.page, None, None
         if context is None:
             return
         if self.reuse_page and self._host is not None and page is not None and self._browser_alive():
             self._host.park(context, page)
-            return
-        if self._host is not None and page is not None:
+        elif self._host is not None:
             self._host.close_page(context, page)
-            return
-        with contextlib.suppress(Exception):
-            context.close()
+        else:
+            with contextlib.suppress(Exception):
+                context.close()
 
     @classmethod
     def hold_shared_resources(cls) -> contextlib.AbstractContextManager[object]:
@@ -542,7 +547,7 @@ class BrowserEnv(Env):
     def release_episode(self) -> None:
         """Closes (or with ``reuse_page`` parks) the episode's page and context but keeps this env's hold on the
         browser (an env-worker pool calls it when it parks the env for reuse); the next ``reset`` opens a new
-        context or takes a parked one."""
+        context (with ``reuse_page``: a page of the shared context) or takes a parked page."""
         self._close_context()
 
     def close(self) -> None:

@@ -181,14 +181,29 @@ class BrowserHost:
         reused page's episodes do."""
         browser = self.ensure_browser()
         if self._shared is None or self._shared.browser is not browser:
-            self._shared = browser.new_context(viewport=VIEWPORT, locale=LOCALE, timezone_id=TIMEZONE)
-            setup(self._shared)
+            context = browser.new_context(viewport=VIEWPORT, locale=LOCALE, timezone_id=TIMEZONE)
+            try:
+                setup(context)
+            except Exception:
+                with contextlib.suppress(Exception):
+                    context.close()
+                raise
+            context.on("close", lambda closed: self._forget_shared(closed))  # closed from anywhere: make another
+            self._shared = context
         return self._shared
 
+    def _forget_shared(self, context: Any) -> None:
+        if self._shared is context:
+            self._shared = None
+
     def close_page(self, context: Any, page: Any) -> None:
-        """Closes ``page``, and ``context`` too unless it is the shared one (:meth:`shared_context`)."""
+        """Closes ``page`` (when there is one), and ``context`` too unless it is the shared one
+        (:meth:`shared_context`), which stays open for the other envs."""
         with contextlib.suppress(Exception):
-            page.close() if context is self._shared else context.close()
+            if context is not self._shared:
+                context.close()
+            elif page is not None:
+                page.close()
 
     def park(self, context: Any, page: Any) -> None:
         """Keeps a closed episode's context and page for :meth:`take_parked` (envs with ``reuse_page``, whose
@@ -200,8 +215,8 @@ class BrowserHost:
             self.close_page(context, page)
 
     def take_parked(self) -> tuple[Any, Any] | None:
-        """The last parked ``(context, page)`` whose page is still open, or None; a parked context whose page was
-        closed meanwhile is closed, not handed out."""
+        """The last parked ``(context, page)`` whose page is still open, or None; a parked page that was closed
+        meanwhile is not handed out (its context is closed unless shared, :meth:`close_page`)."""
         while self._parked:
             context, page = self._parked.pop()
             if not page.is_closed() and self.browser is not None and self.browser.is_connected():

@@ -104,8 +104,8 @@ def named(nodes: list[Node], name: str) -> list[int]:
 
 def target_of(nodes: list[Node], index: int, by_name: bool) -> str:
     """What an action writes to address ``nodes[index]``: its id, or with ``by_name`` its accessible name when
-    that name picks it alone (:func:`named`) and cannot be read as an id (an env tries a target as an id first:
-    a name such as ``"3"`` may be another element's id), else its id."""
+    that name picks it alone (:func:`named`) and cannot be read as an id (an env reads a target that is an id in
+    the observation or on the page as that id: a name such as ``"3"`` may be another element's id), else its id."""
     node = nodes[index]
     if not by_name or not node.name or node.name.isdigit() or any(other.bid == node.name for other in nodes):
         return node.bid

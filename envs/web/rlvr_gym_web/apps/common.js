@@ -2,7 +2,9 @@
 // Contract: window.app = {name, getState() -> JSON state, api: {tool(args) -> JSON result}, restart?()}; the
 // initial state comes from window.__RLVR_TASK__.state (an init script set by the env) or the app's own demo state.
 // An app that passes `start` (its whole state and UI state made again from window.__RLVR_TASK__) gets
-// app.restart(): the env then starts an episode in the open page instead of loading it again.
+// app.restart(): the env then starts an episode in the open page instead of loading it again. The restart puts the
+// body's children back as they were when registerApp ran, so such an app calls it from the body's last script, and
+// its static elements carry their own data-bid (ids that observe.js numbers would survive the restart).
 'use strict';
 function h(tag, attrs, ...children) {
   const el = document.createElement(tag);

@@ -57,7 +57,7 @@ class DesktopEnv(BrowserEnv):
     """
 
     max_turns = 30
-    page_state_js = "() => window.app.getState()"
+    page_state_js = "() => window.app === undefined ? null : window.app.getState()"  # null: the app is not there
 
     def __init__(self, app: str = "files", name_targets: bool = False, **kwargs: Any) -> None:
         if app not in apps.APPS:
@@ -120,10 +120,11 @@ class DesktopEnv(BrowserEnv):
         if action is None or action.is_api:
             return None
         if action.name not in ("done", "answer"):
-            if not apps.ends_on_submit(self.app):
+            if not apps.ends_on_submit(self.app) or self.page_state is None:
                 return None
-            state = self.page_state
-            return apps.verify(self.data, state, None) if state.get("submitted") else None
+            return apps.verify(self.data, self.page_state, None) if self.page_state.get("submitted") else None
+        if self.page_state is None:  # done() on a page that is not the app (go_back() to about:blank)
+            raise RuntimeError(f"the {self.app} app is not on the page; its state cannot be read")
         return apps.verify(self.data, self.page_state, action.args.get("text"))
 
     def oracle_action(self) -> str:
