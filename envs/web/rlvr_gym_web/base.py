@@ -6,9 +6,9 @@ earned (:meth:`BrowserEnv._verdict`); optionally they declare API tools (:meth:`
 failures, forking and clean-up.
 
 Determinism: each episode runs in a new browser context (with ``reuse_page``: a page of the browser host's shared
-context, opened the same way, where each episode loads its page again or restarts its app in place) with a fixed viewport (800x600), locale (en-US), timezone (UTC) and clock (``Date``
-fixed at :data:`FIXED_TIME`, timers still run), and ``Math.random`` replaced before any page script by a
-generator seeded from the episode seed (mulberry32).
+context, opened the same way, where each episode loads its page again or restarts its app in place) with a fixed
+viewport (800x600), locale (en-US), timezone (UTC) and clock (``Date`` fixed at :data:`FIXED_TIME`, timers still
+run), and ``Math.random`` replaced before any page script by a generator seeded from the episode seed (mulberry32).
 
 Forking replays the action history on a new page of the same browser (:meth:`rlvr_gym.Env.fork_by_replay`).
 Cost: one reset (about 0.25-0.4 s for a new context and a page load, 0.1 s for a page load with ``reuse_page``,
